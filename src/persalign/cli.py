@@ -1,0 +1,97 @@
+"""The `persalign` command.
+
+    persalign run CONFIG [-o OUT] [key=value ...]   evaluate every cell, resumable
+    persalign report RUN_DIR                        tables from stored results
+    persalign data summary CONFIG [key=value ...]   users, pairs per user, examples
+    persalign list                                  what is registered
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from persalign.errors import PersalignError
+
+OVERRIDES_HELP = "config overrides such as seeds=[0,1] or generation.batch_size=8"
+
+
+def _cmd_run(args) -> None:
+    from persalign.config import load_config
+    from persalign.report import build_report
+    from persalign.runner.run import run
+
+    config = load_config(args.config, args.overrides)
+    store = run(config, args.output or f"runs/{config.name}")
+    print(build_report(store.root))
+
+
+def _cmd_report(args) -> None:
+    from persalign.report import build_report
+
+    print(build_report(args.run_dir))
+
+
+def _cmd_data_summary(args) -> None:
+    from persalign.config import load_config
+    from persalign.data.summary import summarize_data
+
+    config = load_config(args.config, args.overrides)
+    print(summarize_data(config))
+
+
+def _cmd_list(args) -> None:
+    from persalign.registry import all_registries
+
+    for registry in all_registries():
+        print(f"{registry.plural}:")
+        for name, entry in registry.items():
+            doc = getattr(entry, "description", None) or (entry.__doc__ or "").strip().splitlines()[0:1]
+            doc = doc if isinstance(doc, str) else (doc[0] if doc else "")
+            print(f"  {name:<24} {doc}")
+        if not registry.names():
+            print("  (none yet)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="persalign", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="evaluate a config (resumes an interrupted run)")
+    run.add_argument("config", help="a YAML config file, or a built-in config name (demo)")
+    run.add_argument("-o", "--output", help="run directory (default runs/NAME)")
+    run.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+    run.set_defaults(handler=_cmd_run)
+
+    report = commands.add_parser("report", help="print and save the tables of a run directory")
+    report.add_argument("run_dir", help="a directory written by `persalign run`")
+    report.set_defaults(handler=_cmd_report)
+
+    data = commands.add_parser("data", help="inspect data sets")
+    data_commands = data.add_subparsers(dest="data_command", required=True)
+    summary = data_commands.add_parser("summary", help="users, pairs per user and a few examples")
+    summary.add_argument("config", help="a YAML config file or built-in config name")
+    summary.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+    summary.set_defaults(handler=_cmd_data_summary)
+
+    listing = commands.add_parser("list", help="registered data sets, methods, decoders, metrics, models")
+    listing.set_defaults(handler=_cmd_list)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.handler(args)
+    except PersalignError as exc:
+        print(f"persalign: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("persalign: interrupted; completed batches are saved, re-run the same command to resume",
+              file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

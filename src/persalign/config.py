@@ -1,0 +1,192 @@
+"""Typed run configuration: a YAML file plus `key=value` overrides.
+
+Unknown keys are errors (with the list of valid keys), values are type-checked,
+and the resolved config is saved beside the results so a run can be repeated.
+
+    persalign run configs/news_category.yaml seeds=[0,1] generation.batch_size=8
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from persalign.errors import ConfigError
+
+
+@dataclass
+class DataConfig:
+    """Where the per-user data comes from and how preferences are built (paper §5)."""
+
+    dataset: str = "demo"
+    path: str | None = None
+    task: str | None = None  # prompt template; default: the data set's own task
+    min_items_per_user: int = 20
+    max_items_per_user: int | None = None  # cap very prolific users (newest kept)
+    embedder: str = "minilm-l6"  # for hard negatives and ICL-RAG retrieval
+    negatives_top_k: int = 10  # Pref-LaMP: sample the rejected output among these
+    seed: int = 0
+
+
+@dataclass
+class SplitConfig:
+    """Train users vs adaptation users; adaptation users' items: support vs query."""
+
+    adapt_fraction: float = 0.2
+    support_fraction: float = 0.5
+    heldout_fraction: float = 0.1  # train users' pairs kept for validation / λ choice
+    max_query_per_user: int | None = None
+    seed: int = 0
+
+
+@dataclass
+class DecoderConfig:
+    """One deployment of the policy: zero_shot, icl (random demos) or icl_rag."""
+
+    name: str = "zero_shot"
+    shots: int = 0
+    label: str | None = None  # row name in reports; defaults per decoder
+
+
+@dataclass
+class GenerationConfig:
+    max_new_tokens: int = 32
+    batch_size: int = 16
+    max_prompt_tokens: int = 1536  # demos are dropped (never the query) to fit
+
+
+@dataclass
+class MetricsConfig:
+    bertscore_model: str = "minilm-l6"
+    bertscore_layer: int | None = None  # None: the encoder's last layer
+    rouge_stemmer: bool = True
+    names: list[str] = field(default_factory=lambda: ["rouge", "bertscore"])  # generation metrics
+
+
+@dataclass
+class RunConfig:
+    name: str = "run"
+    seeds: list[int] = field(default_factory=lambda: [0])
+    data: DataConfig = field(default_factory=DataConfig)
+    split: SplitConfig = field(default_factory=SplitConfig)
+    policies: list[str] = field(default_factory=lambda: ["smollm2-135m-instruct"])
+    decoders: list[DecoderConfig] = field(
+        default_factory=lambda: [
+            DecoderConfig("zero_shot"),
+            DecoderConfig("icl", shots=4),
+            DecoderConfig("icl_rag", shots=4),
+        ]
+    )
+    generation: GenerationConfig = field(default_factory=GenerationConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    device: str = "auto"
+    dtype: str = "auto"
+    cache_dir: str | None = None  # converted models, embeddings; default ~/.cache/persalign
+
+
+BUILTIN_CONFIG_DIR = Path(__file__).parent / "configs"
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Check `value` against the annotation `tp`, building nested dataclasses."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as exc:
+                errors.append(str(exc))
+        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping for {tp.__name__}, got {value!r}")
+        return from_dict(tp, value, where)
+    if origin is list:
+        (item_type,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        return [_coerce(v, item_type, f"{where}[{i}]") for i, v in enumerate(value)]
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (int, float, str, bool):
+        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+            raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
+    """Build dataclass `cls` from a mapping; unknown keys are errors."""
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {valid}")
+    kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
+    return cls(**kwargs)
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    return dataclasses.asdict(config)
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    """Apply one `a.b.c=value` override (value parsed as YAML) to a nested dict."""
+    if "=" not in override:
+        raise ConfigError(f"override {override!r} is not of the form key=value")
+    key, raw = override.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw != "" else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"override {override!r}: value is not valid YAML ({exc})") from exc
+    parts = key.strip().split(".")
+    node = data
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {override!r}: {part!r} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def resolve_config_path(name_or_path: str) -> Path:
+    """A config file path, or the name of a built-in config such as `demo`."""
+    path = Path(name_or_path)
+    if path.exists():
+        return path
+    builtin = BUILTIN_CONFIG_DIR / f"{name_or_path}.yaml"
+    if builtin.exists():
+        return builtin
+    names = sorted(p.stem for p in BUILTIN_CONFIG_DIR.glob("*.yaml"))
+    raise ConfigError(f"config {name_or_path!r} not found (not a file; built-in configs: {names})")
+
+
+def load_config(name_or_path: str, overrides: list[str] = (), cls: type = RunConfig) -> Any:
+    path = resolve_config_path(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    for override in overrides:
+        apply_override(data, override)
+    return from_dict(cls, data, where=str(path))

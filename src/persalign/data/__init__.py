@@ -1,0 +1,1 @@
+"""Data: loaders behind a registry, the Pref-LaMP builder and user splits."""

@@ -1,0 +1,22 @@
+"""From a data config to a PreferenceDataset: load, filter users, build Pref-LaMP pairs."""
+
+from __future__ import annotations
+
+from persalign.config import DataConfig
+from persalign.data.preflamp import build_pref_lamp
+from persalign.data.writing import UserWriting, keep_active_users
+from persalign.records import PreferenceDataset
+from persalign.registry import DATASETS
+
+
+def build_dataset(config: DataConfig, embedder_factory) -> PreferenceDataset:
+    """Load `config.dataset`; per-user writing goes through the Pref-LaMP builder.
+
+    `embedder_factory()` is called only when an embedder is needed.
+    """
+    loaded = DATASETS.get(config.dataset)(config)
+    if isinstance(loaded, PreferenceDataset):
+        return loaded
+    assert isinstance(loaded, UserWriting), f"loader {config.dataset} returned {type(loaded).__name__}"
+    writing = keep_active_users(loaded, config)
+    return build_pref_lamp(writing, embedder_factory(), top_k=config.negatives_top_k, seed=config.seed)

@@ -1,0 +1,35 @@
+"""`persalign data summary`: users, pairs per user (mean/min/max), the split, examples."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from persalign.config import RunConfig
+from persalign.data.build import build_dataset
+from persalign.data.split import make_split
+from persalign.models.embedders import load_embedder
+
+
+def summarize_data(config: RunConfig, examples: int = 3) -> str:
+    dataset = build_dataset(config.data, lambda: load_embedder(config.data.embedder, config.cache_dir))
+    per_user = np.array([len(v) for v in dataset.comparisons_by_user().values()])
+    split = make_split(dataset, config.split)
+    lines = [
+        f"data set: {dataset.name} (task: {dataset.task})",
+        f"users: {len(per_user)}; pairs: {len(dataset.comparisons)}; completions: {len(dataset.completions)}",
+        f"pairs per user: mean {per_user.mean():.1f}, min {per_user.min()}, max {per_user.max()}",
+        f"split: {len(split.train_users)} train users ({sum(map(len, split.train.values()))} train, "
+        f"{sum(map(len, split.heldout.values()))} held-out pairs); {len(split.adapt_users)} adaptation users "
+        f"({sum(map(len, split.support.values()))} support, {sum(map(len, split.query.values()))} query pairs)",
+        "notes: " + ", ".join(f"{k}={v}" for k, v in dataset.notes.items()),
+        "",
+        "examples:",
+    ]
+    for comparison in dataset.comparisons[:: max(1, len(dataset.comparisons) // examples)][:examples]:
+        lines += [
+            f"- user: {comparison.user}",
+            f"  prompt:   {comparison.prompt[:160]}",
+            f"  chosen:   {comparison.chosen}",
+            f"  rejected: {comparison.rejected}",
+        ]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Deployment strategies (decoders): how the policy is adapted to one user."""

@@ -1,0 +1,105 @@
+"""Batched token-by-token decoding with KV cache, and the greedy decoder.
+
+`decode(lm, prompts, choose_next, ...)` left-pads the prompts, prefills once,
+then at each step asks `choose_next(logprobs, step)` for one token per row.
+Greedy takes the argmax; ARGS (reward-guided) plugs in its own chooser. Each
+row stops at its own end: an end/special token, or a newline once the row has
+written something (leading blank lines are skipped, not taken as the end).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Callable
+
+import torch
+
+
+@dataclass(frozen=True)
+class TokenClasses:
+    """Per-vocabulary flags: which tokens end a row, which are only whitespace."""
+
+    stop: torch.Tensor  # special tokens (EOS, end of turn, ...)
+    newline: torch.Tensor  # tokens whose text contains a newline
+    blank: torch.Tensor  # tokens whose text is whitespace only
+
+
+@lru_cache(maxsize=8)
+def _classes(tokenizer, vocab_size: int) -> TokenClasses:
+    texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
+    texts += [""] * (vocab_size - len(texts))  # model heads may be padded past the tokenizer
+    stop = torch.zeros(vocab_size, dtype=torch.bool)
+    stop[[i for i in tokenizer.all_special_ids if i < vocab_size]] = True
+    stop[len(tokenizer):] = True
+    newline = torch.tensor(["\n" in t for t in texts])
+    blank = torch.tensor([t.strip() == "" for t in texts])
+    return TokenClasses(stop, newline, blank)
+
+
+def token_classes(tokenizer, vocab_size: int) -> TokenClasses:
+    return _classes(tokenizer, vocab_size)
+
+
+def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, position_ids) with prompts aligned on the right."""
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, width - len(prompt):] = torch.tensor(prompt)
+        mask[row, width - len(prompt):] = 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    return ids.to(device), mask.to(device), positions.to(device)
+
+
+ChooseNext = Callable[[torch.Tensor, int], torch.Tensor]
+
+
+@torch.no_grad()
+def decode(lm, prompts: list[list[int]], choose_next: ChooseNext, max_new_tokens: int) -> list[list[int]]:
+    """Generate for every prompt; returns the new token ids of each row (stop token excluded)."""
+    model, tokenizer = lm.model, lm.tokenizer
+    ids, mask, positions = left_pad(prompts, tokenizer.pad_token_id, lm.device)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+    classes = token_classes(tokenizer, logprobs.shape[-1])
+    stop, newline, blank = (t.to(lm.device) for t in (classes.stop, classes.newline, classes.blank))
+    rows = len(prompts)
+    generated = [[] for _ in range(rows)]
+    finished = torch.zeros(rows, dtype=torch.bool, device=lm.device)
+    has_text = torch.zeros(rows, dtype=torch.bool, device=lm.device)
+    next_pos = positions[:, -1] + 1
+    for step in range(max_new_tokens):
+        tokens = choose_next(logprobs, step)
+        ends = stop[tokens] | (newline[tokens] & has_text)
+        for row in torch.nonzero(~finished & ~ends).flatten().tolist():
+            generated[row].append(int(tokens[row]))
+        finished |= ends
+        has_text |= ~blank[tokens]
+        if bool(finished.all()) or step == max_new_tokens - 1:
+            break
+        tokens = torch.where(finished, torch.full_like(tokens, tokenizer.pad_token_id), tokens)
+        mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=mask.device)], dim=1)
+        out = model(
+            input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+            past_key_values=cache, use_cache=True,
+        )
+        cache = out.past_key_values
+        logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        next_pos = next_pos + 1
+    return generated
+
+
+def greedy(logprobs: torch.Tensor, step: int) -> torch.Tensor:
+    return logprobs.argmax(dim=-1)
+
+
+def generate_texts(lm, prompts: list[list[int]], max_new_tokens: int, choose_next: ChooseNext = greedy) -> list[str]:
+    """Decode and clean: the first non-blank line of each row, stripped."""
+    texts = []
+    for ids in decode(lm, prompts, choose_next, max_new_tokens):
+        text = lm.tokenizer.decode(ids, skip_special_tokens=True).strip()
+        texts.append(text.split("\n", 1)[0].strip())
+    return texts

@@ -1,0 +1,30 @@
+"""Errors that say which file, which record and what is wrong.
+
+Every error a user can cause by their input derives from PersalignError, so the
+CLI can print one clean line instead of a traceback.
+"""
+
+from __future__ import annotations
+
+
+class PersalignError(Exception):
+    """A problem with the user's input or configuration (not a bug)."""
+
+
+class ConfigError(PersalignError):
+    """A config file or override is invalid."""
+
+
+class DataError(PersalignError):
+    """A data file is malformed; the message names file, record and problem."""
+
+    def __init__(self, path, problem: str, record: str | int | None = None):
+        self.path = str(path)
+        self.record = record
+        self.problem = problem
+        where = self.path if record is None else f"{self.path}, record {record}"
+        super().__init__(f"{where}: {problem}")
+
+
+class ModelLoadError(PersalignError):
+    """A model could not be loaded; the message says how to fix it."""

@@ -1,0 +1,1 @@
+"""Metrics: generation quality against the user's own text, and ranking accuracy."""

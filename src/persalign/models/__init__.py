@@ -1,0 +1,1 @@
+"""Models: causal LMs and sentence encoders by hub id, local path or offline alias."""

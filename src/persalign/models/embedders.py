@@ -1,0 +1,132 @@
+"""Sentence embedders for hard-negative mining and ICL-RAG retrieval, cached on disk.
+
+- `minilm-l6` (default): all-MiniLM-L6-v2, mean pooling + L2 norm (the
+  sentence-transformers recipe, done with plain transformers).
+- `hashing-bow`: hashed bag of unigrams and bigrams; lexical, instant, no model.
+- any other name: a Hugging Face encoder id or folder, mean pooled.
+
+Embeddings are cached per (embedder, text) in `{cache}/embeddings/{key}.npz`,
+so rebuilding preferences or re-running retrieval costs nothing the second time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from persalign.errors import ModelLoadError
+from persalign.registry import EMBEDDERS, MODELS, register_embedder
+
+
+def _text_hash(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()
+
+
+class HashingBowEmbedder:
+    """Hashed unigram+bigram counts, L2-normalised (deterministic, no model)."""
+
+    def __init__(self, dim: int = 1024):
+        self.dim = dim
+        self.key = f"hashing-bow-{dim}"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for row, text in enumerate(texts):
+            words = re.findall(r"\w+", text.lower())
+            for gram in words + [a + " " + b for a, b in zip(words, words[1:])]:
+                out[row, int(_text_hash(gram)[:8], 16) % self.dim] += 1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return out / np.maximum(norms, 1e-12)
+
+
+class TransformerEmbedder:
+    """Mean-pooled, L2-normalised encoder embeddings."""
+
+    def __init__(self, name: str, cache_dir: str | None = None, device: str = "cpu", batch_size: int = 64):
+        from transformers import AutoModel, AutoTokenizer
+
+        from persalign.models.loading import resolve_model_path
+
+        path = resolve_model_path(name, cache_dir)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(path)
+            self.model = AutoModel.from_pretrained(path).to(device).eval()
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"could not load embedding model {name!r}: {str(exc).splitlines()[0]}") from exc
+        self.device = device
+        self.batch_size = batch_size
+        self.key = re.sub(r"[^\w.-]", "_", name)
+
+    @torch.no_grad()
+    def encode(self, texts: list[str]) -> np.ndarray:
+        chunks = []
+        for start in range(0, len(texts), self.batch_size):
+            batch = self.tokenizer(
+                texts[start : start + self.batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
+            ).to(self.device)
+            hidden = self.model(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
+            chunks.append(torch.nn.functional.normalize(pooled, dim=-1).float().cpu().numpy())
+        return np.concatenate(chunks) if chunks else np.zeros((0, 1), dtype=np.float32)
+
+
+class CachedEmbedder:
+    """Wraps an embedder with a per-text disk cache (one .npz per embedder)."""
+
+    def __init__(self, embedder, cache_dir: Path | None):
+        self.embedder = embedder
+        self.key = embedder.key
+        self.path = None if cache_dir is None else Path(cache_dir) / "embeddings" / f"{embedder.key}.npz"
+        self._memory: dict[str, np.ndarray] = {}
+        if self.path is not None and self.path.exists():
+            stored = np.load(self.path)
+            self._memory = dict(zip(stored["hashes"].tolist(), stored["vectors"]))
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        hashes = [_text_hash(t) for t in texts]
+        missing = sorted({h: t for h, t in zip(hashes, texts) if h not in self._memory}.items())
+        if missing:
+            vectors = self.embedder.encode([t for _, t in missing])
+            self._memory.update({h: v for (h, _), v in zip(missing, vectors)})
+            self._save()
+        return np.stack([self._memory[h] for h in hashes]) if texts else np.zeros((0, 1), np.float32)
+
+    def _save(self) -> None:
+        if self.path is None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp.npz")
+        keys = list(self._memory)
+        np.savez(tmp, hashes=np.array(keys), vectors=np.stack([self._memory[k] for k in keys]))
+        tmp.replace(self.path)
+
+
+@register_embedder("hashing-bow")
+def _hashing(cache_dir=None, device="cpu"):
+    """Hashed unigram+bigram bag of words (lexical; no model, instant)."""
+    return HashingBowEmbedder()
+
+
+@register_embedder("minilm-l6")
+def _minilm(cache_dir=None, device="cpu"):
+    """all-MiniLM-L6-v2, mean pooled and L2-normalised (the default)."""
+    return TransformerEmbedder("minilm-l6", cache_dir, device)
+
+
+def load_embedder(name: str, cache_dir: str | None = None, device: str = "cpu") -> CachedEmbedder:
+    """An embedder by registered name, model alias, hub id or folder, with disk cache."""
+    from persalign.models.aliases import default_cache_dir
+
+    root = default_cache_dir(cache_dir)
+    if name in EMBEDDERS:
+        inner = EMBEDDERS.get(name)(cache_dir=cache_dir, device=device)
+    elif name in MODELS or Path(name).exists() or "/" in name:
+        inner = TransformerEmbedder(name, cache_dir, device)
+    else:
+        raise ModelLoadError(f"unknown embedder {name!r} (known: {EMBEDDERS.names()}, or a model id/folder)")
+    return CachedEmbedder(inner, root)

@@ -1,0 +1,53 @@
+"""Load a causal LM (policy or reward backbone) by alias, hub id or local path."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from persalign.errors import ModelLoadError
+from persalign.models.aliases import default_cache_dir
+from persalign.models.device import resolve_device, resolve_dtype
+from persalign.registry import MODELS
+
+
+@dataclass
+class LoadedLM:
+    name: str
+    model: torch.nn.Module
+    tokenizer: object
+    device: torch.device
+
+
+def resolve_model_path(name: str, cache_dir: str | None = None) -> str:
+    """Local folder for an alias; other names are returned unchanged (hub id or path)."""
+    if name in MODELS:
+        alias = MODELS.get(name)
+        if alias.resolve is None:
+            raise ModelLoadError(f"model alias {name!r} is built in code and has no folder")
+        return str(alias.resolve(default_cache_dir(cache_dir)))
+    return name
+
+
+def load_causal_lm(name: str, device: str = "auto", dtype: str = "auto", cache_dir: str | None = None) -> LoadedLM:
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    if name in MODELS and MODELS.get(name).build is not None:
+        model, tokenizer = MODELS.get(name).build()
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        path = resolve_model_path(name, cache_dir)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(
+                f"could not load causal LM {name!r} ({exc.__class__.__name__}: {str(exc).splitlines()[0]}); "
+                "give a local folder, a reachable hub id, or an alias from `persalign list`"
+            ) from exc
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.to(device=torch_device, dtype=torch_dtype).eval()
+    return LoadedLM(name, model, tokenizer, torch_device)

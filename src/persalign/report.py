@@ -1,0 +1,76 @@
+"""Paper-style tables from stored results only (Table 9 layout: mean ± std over seeds).
+
+    persalign report runs/demo
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from persalign.runner.store import RunStore
+
+# (metric key in metrics.json, column title)
+TABLE9_COLUMNS = [
+    ("rm_accuracy", "RM Acc"),
+    ("policy_accuracy", "Policy Acc"),
+    ("rouge1", "ROUGE-1"),
+    ("rougeL", "ROUGE-L"),
+    ("bertscore_f1", "BERTScore-F1"),
+    ("win_rate", "Win Rate"),
+]
+
+
+def mean_std(values: list[float]) -> str:
+    clean = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not clean:
+        return "-"
+    return f"{np.mean(clean):.2f} ± {np.std(clean):.2f}"
+
+
+def results_frame(store: RunStore) -> pd.DataFrame:
+    records = store.all_metrics()
+    if not records:
+        return pd.DataFrame()
+    return pd.DataFrame(records)
+
+
+def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:
+    """One Markdown table for one policy model: a row per method, mean ± std over seeds."""
+    sub = frame[frame["policy"] == policy]
+    columns = [(key, title) for key, title in TABLE9_COLUMNS if key in sub.columns and sub[key].notna().any()]
+    header = "| Method | " + " | ".join(title for _, title in columns) + " | Seeds |"
+    lines = [header, "|" + "---|" * (len(columns) + 2)]
+    labels = [label for label in row_order if label in set(sub["decoder"])]
+    labels += sorted(set(sub["decoder"]) - set(labels))
+    for label in labels:
+        rows = sub[sub["decoder"] == label]
+        cells = [mean_std(rows[key].tolist()) for key, _ in columns]
+        seeds = len(rows) if bool(rows["seed_dependent"].iloc[0]) else f"{len(rows)} (seed-free)"
+        lines.append(f"| {label} | " + " | ".join(cells) + f" | {seeds} |")
+    return "\n".join(lines)
+
+
+def build_report(run_dir: str | Path) -> str:
+    store = RunStore(run_dir)
+    frame = results_frame(store)
+    if frame.empty:
+        return f"No completed cells in {run_dir} yet."
+    config = store.config()
+    order = list(dict.fromkeys(frame.sort_values(["decoder_index", "decoder"])["decoder"]))
+    parts = [f"# persalign report: {config.get('name', '')}", "",
+             f"Data set: `{config['data']['dataset']}`; examples per cell: "
+             f"{int(frame['examples'].max())} query items of {int(frame['users'].max())} adaptation users. "
+             "Policy accuracy: strict s(chosen) > s(rejected) (ties: see rows.jsonl); "
+             "scores are means over users of per-user means (×100)."]
+    for policy in dict.fromkeys(frame["policy"]):
+        parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]
+    ties = frame.groupby("decoder")["policy_ties"].mean()
+    if (ties > 0).any():
+        parts += ["", "Policy-accuracy ties (%): " + ", ".join(f"{k} {v:.2f}" for k, v in ties.items() if v > 0)]
+    text = "\n".join(parts) + "\n"
+    (Path(run_dir) / "report.md").write_text(text)
+    return text

@@ -1,0 +1,1 @@
+"""Runner: cells (decoder × policy × seed), a resumable results store, provenance."""

@@ -1,0 +1,135 @@
+"""Evaluate one cell (decoder × policy × seed) on the adaptation users' query items.
+
+For each batch of query examples: build each prompt (with the decoder's
+demonstrations), generate greedily, score the chosen and rejected responses
+with the same prompt (s_base for zero-shot, s_ICL for ICL: Eq. 4 / 7), and
+score the generation against the user's own text. One row per example.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from persalign.decoding import generate_texts
+from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
+from persalign.prompts import PromptFormatter
+from persalign.records import Comparison, Completion
+from persalign.runner.provenance import peak_memory_mib
+from persalign.runner.store import Cell, RunStore
+from persalign.scoring import mean_logprob, response_logprobs
+
+
+@dataclass(frozen=True)
+class Example:
+    comparison: Comparison
+    completion: Completion
+
+    @property
+    def id(self) -> str:
+        return self.comparison.id
+
+
+def query_examples(dataset, split) -> list[Example]:
+    comparisons = {c.id: c for c in dataset.comparisons}
+    completions = dataset.completion_by_id()
+    return [Example(comparisons[i], completions[i]) for i in split.query_ids() if i in completions]
+
+
+@dataclass
+class CellJob:
+    cell: Cell
+    decoder: object
+    lm: object
+    formatter: PromptFormatter
+    context: object
+    metrics: list  # metric objects with .score(generations, references)
+    batch_size: int
+    max_new_tokens: int
+
+
+def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tuple[list[dict], dict]:
+    timings = {"batch": batch_index}
+    start = time.perf_counter()
+    demos = [
+        job.decoder.demos(job.context, ex.comparison.user, ex.id, ex.comparison.prompt, job.cell.seed) for ex in batch
+    ]
+    prompts = [job.formatter.prompt_ids(ex.comparison.prompt, d) for ex, d in zip(batch, demos)]
+    timings["prompts_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    generations = generate_texts(job.lm, prompts, job.max_new_tokens)
+    timings["generation_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    responses = [job.formatter.response_ids(ex.comparison.chosen) for ex in batch]
+    responses += [job.formatter.response_ids(ex.comparison.rejected) for ex in batch]
+    logprobs = response_logprobs(job.lm, prompts + prompts, responses, batch_size=job.batch_size)
+    timings["scoring_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    references = [ex.completion.reference for ex in batch]
+    scores = [dict() for _ in batch]
+    for metric in job.metrics:
+        for row, values in zip(scores, metric.score(generations, references)):
+            row.update(values)
+    timings["metrics_s"] = time.perf_counter() - start
+
+    rows = []
+    for i, ex in enumerate(batch):
+        s_chosen, s_rejected = mean_logprob(logprobs[i]), mean_logprob(logprobs[len(batch) + i])
+        outcome = pair_outcome(s_chosen, s_rejected)
+        rows.append({
+            "id": ex.id, "user": ex.comparison.user, "batch": batch_index,
+            "prompt": ex.comparison.prompt, "reference": ex.completion.reference,
+            "generation": generations[i], "demo_ids": [d.id for d in demos[i]],
+            "prompt_tokens": len(prompts[i]),
+            "s_chosen": s_chosen, "s_rejected": s_rejected,
+            "policy_correct": outcome["correct"], "policy_tie": outcome["tie"],
+            **scores[i],
+        })
+    return rows, timings
+
+
+def summarize(rows: list[dict], score_columns: list[str]) -> dict:
+    """Macro (over users) means of every per-example score, plus pooled policy accuracy."""
+    summary = {column: user_macro_mean(rows, column) for column in score_columns}
+    summary["policy_accuracy"] = 100 * user_macro_mean(rows, "policy_correct")
+    summary["policy_ties"] = 100 * user_macro_mean(rows, "policy_tie")
+    pooled = ranking_accuracy([r["s_chosen"] for r in rows], [r["s_rejected"] for r in rows])
+    summary["policy_accuracy_pooled"] = pooled["accuracy"]
+    summary["examples"] = len(rows)
+    summary["users"] = len({r["user"] for r in rows})
+    summary["empty_generations"] = sum(1 for r in rows if not r["generation"])
+    return summary
+
+
+def run_cell(job: CellJob, store: RunStore, examples: list[Example], settings: dict) -> dict:
+    batches = [examples[i : i + job.batch_size] for i in range(0, len(examples), job.batch_size)]
+    done = store.completed_batches(job.cell, [[ex.id for ex in b] for b in batches])
+    label = f"{job.cell.decoder} | {job.cell.policy} | seed {job.cell.seed}"
+    for index, batch in enumerate(tqdm(batches, desc=label, unit="batch", initial=0, leave=False)):
+        if index in done:
+            continue
+        rows, timings = _evaluate_batch(job, batch, index)
+        store.append(job.cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
+        store.append(job.cell, "timings.jsonl", [timings])
+    rows = store.read_rows(job.cell)
+    columns = [c for metric in job.metrics for c in metric.columns]
+    timings = store.read_jsonl(job.cell, "timings.jsonl")
+    stage_seconds = {
+        key: float(np.sum([t[key] for t in timings])) for key in ("prompts_s", "generation_s", "scoring_s", "metrics_s")
+    }
+    metrics = {
+        "policy": job.cell.policy, "decoder": job.cell.decoder, "decoder_name": settings["decoder_name"],
+        "decoder_index": settings["decoder_index"],
+        "seed": job.cell.seed, "seed_dependent": job.decoder.seed_dependent,
+        **summarize(rows, columns),
+        "stage_seconds": stage_seconds, "peak_memory_mib": peak_memory_mib(),
+        "settings": settings,
+    }
+    store.write_metrics(job.cell, metrics)
+    return metrics

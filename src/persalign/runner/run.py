@@ -1,0 +1,85 @@
+"""`persalign run`: every cell of a config, resumable, then the report.
+
+    persalign run demo
+    persalign run configs/news_category.yaml -o runs/news seeds=[0,1,2]
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from persalign.config import RunConfig, to_dict
+from persalign.data.build import build_dataset
+from persalign.data.split import make_split
+from persalign.decoders.base import EvalContext
+from persalign.errors import ConfigError
+from persalign.models.device import resolve_device
+from persalign.models.embedders import load_embedder
+from persalign.models.loading import load_causal_lm
+from persalign.prompts import PromptFormatter
+from persalign.registry import DECODERS, METRICS
+from persalign.runner import provenance
+from persalign.runner.evaluate import CellJob, query_examples, run_cell
+from persalign.runner.store import Cell, RunStore
+
+
+def make_decoders(config: RunConfig) -> list:
+    decoders = [DECODERS.get(d.name)(d) for d in config.decoders]
+    labels = [d.label for d in decoders]
+    duplicates = sorted({label for label in labels if labels.count(label) > 1})
+    if duplicates:
+        raise ConfigError(f"decoders: labels must be unique, repeated: {duplicates} (set `label`)")
+    return decoders
+
+
+def planned_cells(config: RunConfig, decoders: list) -> list[tuple[Cell, object, object]]:
+    """Every (cell, decoder, decoder config); seed-free decoders run once (first seed)."""
+    cells = []
+    for policy in config.policies:
+        for decoder, decoder_config in zip(decoders, config.decoders):
+            seeds = config.seeds if decoder.seed_dependent else config.seeds[:1]
+            cells += [(Cell(policy, decoder.label, seed), decoder, decoder_config) for seed in seeds]
+    return cells
+
+
+def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
+    if not config.seeds:
+        raise ConfigError("seeds: give at least one seed")
+    started = time.perf_counter()
+    store = RunStore(out_dir)
+    device = str(resolve_device(config.device))
+    store.prepare(to_dict(config), provenance.collect(device, config.seeds))
+    decoders = make_decoders(config)
+    cells = planned_cells(config, decoders)
+    todo = [c for c in cells if not store.is_complete(c[0])]
+    log(f"run dir {store.root}: {len(cells)} cells, {len(cells) - len(todo)} already complete")
+    if not todo:
+        return store
+
+    embedder = load_embedder(config.data.embedder, config.cache_dir)
+    dataset = build_dataset(config.data, lambda: embedder)
+    split = make_split(dataset, config.split)
+    examples = query_examples(dataset, split)
+    log(f"data {dataset.name}: {len(dataset.users())} users, {len(dataset.comparisons)} pairs; "
+        f"{len(split.adapt_users)} adaptation users, {len(examples)} query examples")
+    context = EvalContext(dataset, split, embedder)
+    metrics = [METRICS.get(name)(config.metrics, config.cache_dir) for name in config.metrics.names]
+    metric_settings = {k: v for m in metrics for k, v in m.settings().items()}
+
+    for policy in config.policies:
+        policy_cells = [c for c in todo if c[0].policy == policy]
+        if not policy_cells:
+            continue
+        lm = load_causal_lm(policy, config.device, config.dtype, config.cache_dir)
+        formatter = PromptFormatter(lm.tokenizer, dataset.task, config.generation.max_prompt_tokens)
+        for index, (cell, decoder, decoder_config) in enumerate(policy_cells, 1):
+            job = CellJob(cell, decoder, lm, formatter, context, metrics,
+                          config.generation.batch_size, config.generation.max_new_tokens)
+            settings = {"decoder_name": decoder_config.name, "shots": decoder_config.shots,
+                        "decoder_index": config.decoders.index(decoder_config), **metric_settings}
+            result = run_cell(job, store, examples, settings)
+            log(f"[{index}/{len(policy_cells)}] {cell.decoder} | {policy} | seed {cell.seed}: "
+                f"policy acc {result['policy_accuracy']:.2f}, ROUGE-1 {result.get('rouge1', float('nan')):.2f}")
+    log(f"finished in {time.perf_counter() - started:.0f} s, peak memory {provenance.peak_memory_mib():.0f} MiB")
+    return store

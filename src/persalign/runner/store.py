@@ -1,0 +1,121 @@
+"""The run directory: resolved config, provenance, per-example rows, per-cell metrics.
+
+    RUN_DIR/config.yaml              the resolved config (a re-run must match it)
+    RUN_DIR/provenance.json          git hash, package versions, device, seeds
+    RUN_DIR/cells/POLICY/DECODER/seed-N/rows.jsonl     one row per example
+    RUN_DIR/cells/POLICY/DECODER/seed-N/timings.jsonl  seconds per batch and stage
+    RUN_DIR/cells/POLICY/DECODER/seed-N/metrics.json   written last: the cell is done
+
+Rows are appended one batch at a time. A run killed mid-write leaves at most
+one partial batch, which is dropped on resume; batches are fixed by the
+example order, so a resumed cell recomputes exactly what a fresh run would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from persalign.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Cell:
+    policy: str
+    decoder: str
+    seed: int
+
+    def relpath(self) -> Path:
+        return Path("cells") / _slug(self.policy) / _slug(self.decoder) / f"seed-{self.seed}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "_"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+class RunStore:
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def prepare(self, config: dict, provenance: dict) -> None:
+        """Create the run dir, or check that an existing one was made by the same config."""
+        config_path = self.root / "config.yaml"
+        text = yaml.safe_dump(config, sort_keys=False)
+        if config_path.exists():
+            if yaml.safe_load(config_path.read_text()) != yaml.safe_load(text):
+                raise ConfigError(
+                    f"{self.root} holds results of a different config; "
+                    "re-run with the same config to resume, or choose another output folder (-o)"
+                )
+        else:
+            _atomic_write(config_path, text)
+        history = self.root / "provenance.json"
+        runs = json.loads(history.read_text())["runs"] if history.exists() else []
+        _atomic_write(history, json.dumps({"runs": runs + [provenance]}, indent=2))
+
+    def config(self) -> dict:
+        return yaml.safe_load((self.root / "config.yaml").read_text())
+
+    def cell_dir(self, cell: Cell) -> Path:
+        return self.root / cell.relpath()
+
+    def is_complete(self, cell: Cell) -> bool:
+        return (self.cell_dir(cell) / "metrics.json").exists()
+
+    def completed_batches(self, cell: Cell, batches: list[list[str]]) -> set[int]:
+        """Batches whose rows are all on disk; rows of incomplete batches are removed."""
+        rows = self.read_rows(cell, _repair=True)
+        by_batch: dict[int, list[str]] = {}
+        for row in rows:
+            by_batch.setdefault(row["batch"], []).append(row["id"])
+        done = {b for b, ids in by_batch.items() if b < len(batches) and sorted(ids) == sorted(batches[b])}
+        if len(done) != len(by_batch):
+            kept = [row for row in rows if row["batch"] in done]
+            self._rewrite(cell, "rows.jsonl", kept)
+            self._rewrite(cell, "timings.jsonl", [t for t in self.read_jsonl(cell, "timings.jsonl") if t["batch"] in done])
+        return done
+
+    def append(self, cell: Cell, name: str, records: list[dict]) -> None:
+        path = self.cell_dir(cell) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def read_rows(self, cell: Cell, _repair: bool = False) -> list[dict]:
+        return self.read_jsonl(cell, "rows.jsonl", _repair)
+
+    def read_jsonl(self, cell: Cell, name: str, repair: bool = False) -> list[dict]:
+        path = self.cell_dir(cell) / name
+        if not path.exists():
+            return []
+        records, lines = [], path.read_text(encoding="utf-8").splitlines(keepends=True)
+        for line in lines:
+            if not line.endswith("\n"):  # a write cut short by a kill
+                break
+            records.append(json.loads(line))
+        if repair and len(records) != len(lines):
+            self._rewrite(cell, name, records)
+        return records
+
+    def _rewrite(self, cell: Cell, name: str, records: list[dict]) -> None:
+        _atomic_write(self.cell_dir(cell) / name, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+    def write_metrics(self, cell: Cell, metrics: dict) -> None:
+        _atomic_write(self.cell_dir(cell) / "metrics.json", json.dumps(metrics, indent=2))
+
+    def all_metrics(self) -> list[dict]:
+        return [json.loads(p.read_text()) for p in sorted(self.root.glob("cells/*/*/*/metrics.json"))]

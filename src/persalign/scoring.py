@@ -1,0 +1,58 @@
+"""Teacher-forced log-probabilities of responses and the policy scoring functions.
+
+One forward over `prompt + response` gives log π(y_t | x, y<t) for every
+response token; the LM head is applied only at the response positions (the
+vocabulary projection over the prompt would be wasted work). From these:
+
+- s_base(y|x) = mean_t log π(y_t | x, y<t)                       (Eq. 4)
+- s_ICL(y|x)  = mean_t log π(y_t | demos, x, y<t)                (Eq. 7)
+
+s_ICL is s_base with the demonstrations in the prompt, so both use
+`mean_logprob` with the prompt the decoder builds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def right_pad(sequences: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        ids[row, : len(seq)] = torch.tensor(seq)
+        mask[row, : len(seq)] = 1
+    return ids.to(device), mask.to(device)
+
+
+@torch.no_grad()
+def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], batch_size: int = 16) -> list[np.ndarray]:
+    """log π(y_t | x, y<t) for each response token, one array per (prompt, response)."""
+    backbone, head = lm.model.base_model, lm.model.get_output_embeddings()
+    results: list[np.ndarray] = []
+    for start in range(0, len(prompts), batch_size):
+        batch_p, batch_r = prompts[start : start + batch_size], responses[start : start + batch_size]
+        ids, mask = right_pad([p + r for p, r in zip(batch_p, batch_r)], lm.tokenizer.pad_token_id, lm.device)
+        hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+        rows, cols = [], []
+        for row, (p, r) in enumerate(zip(batch_p, batch_r)):
+            rows += [row] * len(r)
+            cols += range(len(p) - 1, len(p) + len(r) - 1)  # the state before each response token
+        if not rows:
+            results.extend(np.zeros(0, dtype=np.float32) for _ in batch_p)
+            continue
+        logits = head(hidden[rows, cols]).float()
+        targets = ids[rows, [c + 1 for c in cols]]
+        picked = torch.log_softmax(logits, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu().numpy()
+        offset = 0
+        for r in batch_r:
+            results.append(picked[offset : offset + len(r)])
+            offset += len(r)
+    return results
+
+
+def mean_logprob(token_logprobs: np.ndarray) -> float:
+    """Length-normalised log-likelihood (Eq. 4 / Eq. 7); -inf for an empty response."""
+    return float(token_logprobs.mean()) if len(token_logprobs) else float("-inf")
