@@ -1,0 +1,75 @@
+"""Pref-LaMP builder (paper §5) and the user split (§3.1)."""
+
+import numpy as np
+import pytest
+
+from persalign.config import DataConfig, SplitConfig
+from persalign.data.preflamp import build_pref_lamp, hard_negative_indices
+from persalign.data.split import make_split
+from persalign.data.writing import keep_active_users
+from persalign.models.embedders import HashingBowEmbedder
+from persalign.registry import DATASETS
+
+
+@pytest.fixture(scope="module")
+def demo_writing():
+    return keep_active_users(DATASETS.get("demo")(DataConfig()), DataConfig())
+
+
+@pytest.fixture(scope="module")
+def demo_dataset(demo_writing):
+    return build_pref_lamp(demo_writing, HashingBowEmbedder(), top_k=5, seed=0)
+
+
+def test_rejected_always_comes_from_another_user(demo_writing, demo_dataset):
+    outputs_by_user = {}
+    for item in demo_writing.items:
+        outputs_by_user.setdefault(item.user, set()).add(item.output)
+    assert len(demo_dataset.comparisons) == len(demo_writing.items)
+    for c in demo_dataset.comparisons:
+        assert c.chosen in outputs_by_user[c.user]
+        assert c.rejected not in outputs_by_user[c.user]
+        assert c.chosen != c.rejected
+
+
+def test_retrieved_neighbours_are_more_similar_than_random(demo_writing):
+    embeddings = HashingBowEmbedder().encode([i.input for i in demo_writing.items])
+    users = [i.user for i in demo_writing.items]
+    picks, neighbours = hard_negative_indices(embeddings, users, top_k=5, seed=0)
+    rng = np.random.default_rng(1)
+    rows = np.arange(len(users))
+    neighbour_sim = np.mean(np.einsum("id,id->i", embeddings, embeddings[picks]))
+    random_others = np.array([rng.choice([j for j in rows if users[j] != users[i]]) for i in rows])
+    random_sim = np.mean(np.einsum("id,id->i", embeddings, embeddings[random_others]))
+    assert neighbour_sim > random_sim + 0.2
+    assert all(users[j] != users[i] for i in rows for j in neighbours[i])
+
+
+def test_builder_is_deterministic_and_seed_matters(demo_writing):
+    a = build_pref_lamp(demo_writing, HashingBowEmbedder(), top_k=5, seed=0)
+    b = build_pref_lamp(demo_writing, HashingBowEmbedder(), top_k=5, seed=0)
+    c = build_pref_lamp(demo_writing, HashingBowEmbedder(), top_k=5, seed=1)
+    assert a.comparisons == b.comparisons
+    assert a.comparisons != c.comparisons
+
+
+def test_split_is_disjoint_complete_and_deterministic(demo_dataset):
+    config = SplitConfig(adapt_fraction=0.25, support_fraction=0.5, heldout_fraction=0.2, seed=3)
+    split = make_split(demo_dataset, config)
+    assert not set(split.train_users) & set(split.adapt_users)
+    assert len(split.adapt_users) == 2 and len(split.train_users) == 6
+    seen = []
+    for sets in split.sets().values():
+        for ids in sets.values():
+            seen += ids
+    assert len(seen) == len(set(seen)) == len(demo_dataset.comparisons)  # every pair in exactly one set
+    for user in split.adapt_users:
+        assert split.support[user] and split.query[user]
+    assert make_split(demo_dataset, config) == split
+    assert make_split(demo_dataset, SplitConfig(seed=4)) != split
+
+
+def test_query_cap_drops_rather_than_moves(demo_dataset):
+    split = make_split(demo_dataset, SplitConfig(max_query_per_user=3))
+    assert all(len(split.query[u]) == 3 for u in split.adapt_users)
+    assert not any(set(split.query[u]) & set(split.support[u]) for u in split.adapt_users)

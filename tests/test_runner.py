@@ -1,0 +1,118 @@
+"""End-to-end runs on the tiny model, resume after an interruption, report, CLI errors."""
+
+import json
+
+import pytest
+
+from persalign import cli
+from persalign.config import load_config
+from persalign.errors import ConfigError
+from persalign.report import build_report
+from persalign.runner import evaluate
+from persalign.runner.run import run
+from persalign.runner.store import RunStore
+
+TINY = [
+    "policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]",
+    "generation.max_new_tokens=6", "generation.batch_size=4", "split.max_query_per_user=5", "seeds=[0,1]",
+]
+
+
+def tiny_config(*extra):
+    return load_config("demo", TINY + list(extra))
+
+
+def all_rows(store):
+    return {p.parent.relative_to(store.root).as_posix(): [json.loads(l) for l in p.read_text().splitlines()]
+            for p in sorted(store.root.glob("cells/*/*/*/rows.jsonl"))}
+
+
+def metrics_without_timing(store):
+    return [{k: v for k, v in m.items() if k not in ("stage_seconds", "peak_memory_mib")} for m in store.all_metrics()]
+
+
+def test_end_to_end_run_writes_rows_metrics_provenance_and_report(tmp_path, cache_dir):
+    store = run(tiny_config(), tmp_path / "run", log=lambda *_: None)
+    metrics = store.all_metrics()
+    assert len(metrics) == 4  # zero-shot and ICL-RAG once (seed-free), ICL for 2 seeds
+    for m in metrics:
+        assert m["examples"] == 15 and m["users"] == 3
+        assert 0 <= m["policy_accuracy"] <= 100 and 0 <= m["rouge1"] <= 100
+        assert set(m["stage_seconds"]) == {"prompts_s", "generation_s", "scoring_s", "metrics_s"}
+    rows = all_rows(store)
+    for cell_rows in rows.values():
+        assert len({r["id"] for r in cell_rows}) == len(cell_rows) == 15
+        assert {"user", "prompt", "reference", "generation", "rouge1", "s_chosen", "s_rejected"} <= set(cell_rows[0])
+    provenance = json.loads((store.root / "provenance.json").read_text())["runs"][0]
+    assert provenance["seeds"] == [0, 1] and "transformers" in provenance["packages"] and provenance["git"]
+    report = build_report(store.root)
+    assert "| Zero-Shot |" in report and "| ICL (4-shot) |" in report and "| ICL-RAG (4-shot) |" in report
+    assert (store.root / "report.md").exists()
+
+
+def test_same_config_and_seed_give_the_same_numbers(tmp_path, cache_dir):
+    a = run(tiny_config(), tmp_path / "a", log=lambda *_: None)
+    b = run(tiny_config(), tmp_path / "b", log=lambda *_: None)
+    assert metrics_without_timing(a) == metrics_without_timing(b)
+
+
+def test_interrupted_run_resumes_to_identical_metrics_without_duplicates(tmp_path, cache_dir, monkeypatch):
+    fresh = run(tiny_config(), tmp_path / "fresh", log=lambda *_: None)
+
+    real = evaluate._evaluate_batch
+    calls = {"n": 0}
+
+    def dies_on_the_sixth_batch(job, batch, index):
+        calls["n"] += 1
+        if calls["n"] == 6:
+            raise KeyboardInterrupt
+        return real(job, batch, index)
+
+    monkeypatch.setattr(evaluate, "_evaluate_batch", dies_on_the_sixth_batch)
+    with pytest.raises(KeyboardInterrupt):
+        run(tiny_config(), tmp_path / "resumed", log=lambda *_: None)
+    store = RunStore(tmp_path / "resumed")
+    partial = all_rows(store)
+    # Zero-shot finished (15 rows in 4 batches); ICL seed 0 kept its one finished batch of 4.
+    assert len(store.all_metrics()) == 1 and sum(map(len, partial.values())) == 15 + 4
+    # A kill in the middle of a write leaves a torn last line: it must be dropped, not crash.
+    (torn,) = [p for p in store.root.glob("cells/*/*/*/rows.jsonl") if not (p.parent / "metrics.json").exists()]
+    with torn.open("a") as handle:
+        handle.write('{"id": "half-writ')
+
+    monkeypatch.setattr(evaluate, "_evaluate_batch", real)
+    resumed = run(tiny_config(), tmp_path / "resumed", log=lambda *_: None)
+    assert metrics_without_timing(resumed) == metrics_without_timing(fresh)
+    assert all_rows(resumed) == all_rows(fresh)
+
+
+def test_rerun_of_a_complete_run_skips_everything(tmp_path, cache_dir, monkeypatch):
+    run(tiny_config(), tmp_path / "r", log=lambda *_: None)
+    monkeypatch.setattr(evaluate, "_evaluate_batch", lambda *a: pytest.fail("recomputed a finished batch"))
+    messages = []
+    run(tiny_config(), tmp_path / "r", log=messages.append)
+    assert "4 already complete" in messages[0]
+
+
+def test_a_run_dir_of_another_config_is_refused(tmp_path, cache_dir):
+    run(tiny_config(), tmp_path / "r", log=lambda *_: None)
+    with pytest.raises(ConfigError, match="different config"):
+        run(tiny_config("generation.max_new_tokens=7"), tmp_path / "r", log=lambda *_: None)
+
+
+def test_cli_prints_one_clean_error_line(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"user": "a", "input": "x"}\n')
+    code = cli.main(["data", "summary", "demo", "data.dataset=completions_jsonl", f"data.path={bad}",
+                     "data.embedder=hashing-bow"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.strip() == f"persalign: error: {bad}, record line 1: field 'output' is missing"
+
+
+def test_cli_list_shows_every_registry(capsys):
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ["news_category", "lamp", "demo", "zero_shot", "icl_rag", "rouge", "bertscore",
+                 "smollm2-135m-instruct", "minilm-l6", "tiny-llama"]:
+        assert name in out
