@@ -56,6 +56,35 @@ def left_pad(prompts: list[list[int]], pad_id: int, device) -> tuple[torch.Tenso
 ChooseNext = Callable[[torch.Tensor, int], torch.Tensor]
 
 
+class RowTracker:
+    """Per-row generated tokens and stopping (shared by greedy and ARGS decoding)."""
+
+    def __init__(self, tokenizer, vocab_size: int, rows: int, device):
+        classes = token_classes(tokenizer, vocab_size)
+        self.stop, self.newline, self.blank = (t.to(device) for t in (classes.stop, classes.newline, classes.blank))
+        self.pad_id = tokenizer.pad_token_id
+        self.generated: list[list[int]] = [[] for _ in range(rows)]
+        self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
+        self.has_text = torch.zeros(rows, dtype=torch.bool, device=device)
+
+    def push(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Record one token per row; returns the tokens to feed next (pad for finished rows)."""
+        ends = self.stop[tokens] | (self.newline[tokens] & self.has_text)
+        for row in torch.nonzero(~self.finished & ~ends).flatten().tolist():
+            self.generated[row].append(int(tokens[row]))
+        self.finished |= ends
+        self.has_text |= ~self.blank[tokens]
+        return torch.where(self.finished, torch.full_like(tokens, self.pad_id), tokens)
+
+    @property
+    def done(self) -> bool:
+        return bool(self.finished.all())
+
+
+def extend_mask(mask: torch.Tensor) -> torch.Tensor:
+    return torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=mask.device)], dim=1)
+
+
 @torch.no_grad()
 def decode(lm, prompts: list[list[int]], choose_next: ChooseNext, max_new_tokens: int) -> list[list[int]]:
     """Generate for every prompt; returns the new token ids of each row (stop token excluded)."""
@@ -64,32 +93,24 @@ def decode(lm, prompts: list[list[int]], choose_next: ChooseNext, max_new_tokens
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values
     logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-    classes = token_classes(tokenizer, logprobs.shape[-1])
-    stop, newline, blank = (t.to(lm.device) for t in (classes.stop, classes.newline, classes.blank))
-    rows = len(prompts)
-    generated = [[] for _ in range(rows)]
-    finished = torch.zeros(rows, dtype=torch.bool, device=lm.device)
-    has_text = torch.zeros(rows, dtype=torch.bool, device=lm.device)
+    rows = RowTracker(tokenizer, logprobs.shape[-1], len(prompts), lm.device)
     next_pos = positions[:, -1] + 1
     for step in range(max_new_tokens):
-        tokens = choose_next(logprobs, step)
-        ends = stop[tokens] | (newline[tokens] & has_text)
-        for row in torch.nonzero(~finished & ~ends).flatten().tolist():
-            generated[row].append(int(tokens[row]))
-        finished |= ends
-        has_text |= ~blank[tokens]
-        if bool(finished.all()) or step == max_new_tokens - 1:
+        tokens = rows.push(choose_next(logprobs, step))
+        if rows.done or step == max_new_tokens - 1:
             break
-        tokens = torch.where(finished, torch.full_like(tokens, tokenizer.pad_token_id), tokens)
-        mask = torch.cat([mask, torch.ones((rows, 1), dtype=mask.dtype, device=mask.device)], dim=1)
-        out = model(
-            input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-            past_key_values=cache, use_cache=True,
-        )
-        cache = out.past_key_values
+        mask = extend_mask(mask)
+        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                    past_key_values=out.past_key_values, use_cache=True)
         logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
         next_pos = next_pos + 1
-    return generated
+    return rows.generated
+
+
+def clean_generation(tokenizer, ids: list[int]) -> str:
+    """The first non-blank line of a generation, stripped."""
+    text = tokenizer.decode(ids, skip_special_tokens=True).strip()
+    return text.split("\n", 1)[0].strip()
 
 
 def greedy(logprobs: torch.Tensor, step: int) -> torch.Tensor:
@@ -98,8 +119,4 @@ def greedy(logprobs: torch.Tensor, step: int) -> torch.Tensor:
 
 def generate_texts(lm, prompts: list[list[int]], max_new_tokens: int, choose_next: ChooseNext = greedy) -> list[str]:
     """Decode and clean: the first non-blank line of each row, stripped."""
-    texts = []
-    for ids in decode(lm, prompts, choose_next, max_new_tokens):
-        text = lm.tokenizer.decode(ids, skip_special_tokens=True).strip()
-        texts.append(text.split("\n", 1)[0].strip())
-    return texts
+    return [clean_generation(lm.tokenizer, ids) for ids in decode(lm, prompts, choose_next, max_new_tokens)]

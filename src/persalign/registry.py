@@ -77,6 +77,7 @@ _BUILTIN_MODULES = (
     "persalign.decoders.zero_shot",
     "persalign.decoders.icl",
     "persalign.metrics.generation",
+    "persalign.rewards.global_rm",
 )
 _loaded = False
 

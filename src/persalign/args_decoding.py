@@ -1,0 +1,128 @@
+"""ARGS: reward-guided decoding (Khanov et al. 2024; paper Eq. 1).
+
+At each step t the policy's top-k tokens by log-probability (log-softmax, not
+raw logits) are scored with
+
+    score(v) = log π(v | x, y<t) + λ · r(x, y<t ∘ v)
+
+and the argmax is taken. r is the RM's prefix reward (see rewards/base.py),
+so ARGS's candidate reward equals the teacher-forced prefix reward of the
+same tokens (a test checks this).
+
+How it is made fast:
+- batched over prompts; each row stops at its own EOS / end of line;
+- the RM keeps a KV cache of x, y<t; the k candidates are scored in ONE
+  forward of k tokens on that cache with a "tree" attention mask (each
+  candidate sees the prefix and itself), so the prefix is never copied k
+  times; afterwards only the chosen candidate's KV entry is kept;
+- shared-backbone fast path: when the RM is the frozen policy itself, that
+  same k-candidate forward also yields the policy's next-step logits (read at
+  the chosen candidate only), so a step costs one forward instead of two.
+
+    persalign run configs/news_category.yaml methods='[{name: global_rm}]'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from persalign.decoding import RowTracker, clean_generation, extend_mask, left_pad
+from persalign.errors import ConfigError
+from persalign.rewards.base import PoolingState
+
+
+@dataclass
+class RewardGuide:
+    """A reward model ready to guide decoding: its backbone LM, its method, each row's user."""
+
+    lm: object  # LoadedLM of the RM backbone (may be the policy itself)
+    method: object  # RewardMethod
+    users: list[str]
+
+
+def check_same_tokenizer(policy_tokenizer, rm_tokenizer) -> None:
+    if policy_tokenizer is rm_tokenizer:
+        return
+    if policy_tokenizer.get_vocab() != rm_tokenizer.get_vocab():
+        raise ConfigError(
+            "ARGS needs the policy and the reward model to share a tokenizer (candidates are token ids); "
+            f"{getattr(policy_tokenizer, 'name_or_path', '?')} and {getattr(rm_tokenizer, 'name_or_path', '?')} differ"
+        )
+
+
+def tree_forward(backbone, cache, mask: torch.Tensor, next_pos: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
+    """States of k candidate tokens appended to each row's cached prefix, in one forward.
+
+    Appends k entries to `cache`; call `keep_chosen` afterwards.
+    """
+    rows, k = candidates.shape
+    past = mask.shape[1]
+    sees_prefix = mask.bool()[:, None, None, :].expand(rows, 1, k, past)
+    sees_itself = torch.eye(k, dtype=torch.bool, device=mask.device)[None, None].expand(rows, 1, k, k)
+    out = backbone(input_ids=candidates, attention_mask=torch.cat([sees_prefix, sees_itself], dim=-1),
+                   position_ids=next_pos[:, None].expand(rows, k), past_key_values=cache, use_cache=True)
+    return out.last_hidden_state
+
+
+def keep_chosen(cache, past: int, choice: torch.Tensor) -> None:
+    """Drop the k candidate entries from the cache except each row's chosen one."""
+    rows = torch.arange(choice.shape[0], device=choice.device)
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name)
+            chosen = tensor[rows, :, past + choice]  # (rows, heads, dim)
+            setattr(layer, name, torch.cat([tensor[:, :, :past], chosen[:, :, None]], dim=2))
+
+
+@torch.no_grad()
+def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float, top_k: int,
+                max_new_tokens: int, trace: list | None = None) -> list[list[int]]:
+    """ARGS-decode every prompt; returns new token ids per row. `trace` collects (candidates, rewards) per step."""
+    check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
+    shared = guide.lm.model is policy.model
+    ids, mask, positions = left_pad(prompts, policy.tokenizer.pad_token_id, policy.device)
+    out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    policy_cache = out.past_key_values
+    logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+    rm_backbone = guide.lm.model.base_model
+    if shared:
+        rm_cache = policy_cache
+    else:
+        rm_cache = rm_backbone(input_ids=ids.to(guide.lm.device), attention_mask=mask.to(guide.lm.device),
+                               position_ids=positions.to(guide.lm.device), use_cache=True).past_key_values
+    users = guide.method.user_ids(guide.users)
+    pool = PoolingState.empty(len(prompts), policy.device)
+    rows = RowTracker(policy.tokenizer, logprobs.shape[-1], len(prompts), policy.device)
+    next_pos = positions[:, -1] + 1
+    head = policy.model.get_output_embeddings()
+    for step in range(max_new_tokens):
+        top_logprobs, candidates = logprobs.topk(top_k, dim=-1)
+        past = mask.shape[1]
+        states = tree_forward(rm_backbone, rm_cache, mask, next_pos, candidates)
+        rewards = guide.method.token_rewards(states.float(), users)  # (rows, k)
+        scores = top_logprobs + lam * pool.extend(rewards, guide.method.pooling)
+        choice = scores.argmax(dim=-1)
+        if trace is not None:
+            trace.append((candidates.clone(), pool.extend(rewards, guide.method.pooling).clone()))
+        pool.commit(rewards.gather(1, choice[:, None]).squeeze(1))
+        keep_chosen(rm_cache, past, choice)
+        tokens = rows.push(candidates.gather(1, choice[:, None]).squeeze(1))
+        if rows.done or step == max_new_tokens - 1:
+            break
+        mask = extend_mask(mask)
+        if shared:
+            # The chosen candidate's state is the policy's state after that token: next logits for free.
+            chosen_states = states[torch.arange(len(prompts)), choice]
+            logprobs = torch.log_softmax(head(chosen_states).float(), dim=-1)
+        else:
+            out = policy.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                               past_key_values=policy_cache, use_cache=True)
+            logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        next_pos = next_pos + 1
+    return rows.generated
+
+
+def args_generate(policy, guide: RewardGuide, prompts, lam: float, top_k: int, max_new_tokens: int) -> list[str]:
+    return [clean_generation(policy.tokenizer, ids) for ids in args_decode(policy, guide, prompts, lam, top_k, max_new_tokens)]

@@ -1,0 +1,103 @@
+"""Reward backbones: hidden states of a causal LM at every response position.
+
+A causal LM's hidden state at position t depends only on tokens <= t, so ONE
+teacher-forced forward over `prompt + response` yields the state after every
+prefix y<=t, and a head on those states gives the reward of every prefix
+(policy accuracy, Eq. 5-6) and of the whole response (RM accuracy, Eq. 2).
+
+Two modes:
+- frozen: features computed once and cached on disk (safetensors), the mode
+  that keeps CPU runs fast; only heads are trained.
+- lora: the backbone gets a PEFT LoRA adapter (rank 8, alpha 16, rsLoRA, as in
+  the paper's appendix F) and features are recomputed with gradients.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from persalign.scoring import right_pad
+
+
+def response_positions(prompt_lengths: list[int], response_lengths: list[int]) -> tuple[list[int], list[int]]:
+    """(rows, cols) of every response token in a right-padded batch of prompt + response."""
+    rows, cols = [], []
+    for row, (p, r) in enumerate(zip(prompt_lengths, response_lengths)):
+        rows += [row] * r
+        cols += range(p, p + r)
+    return rows, cols
+
+
+class RewardBackbone:
+    """Hidden states at response positions, with an optional on-disk cache (frozen mode)."""
+
+    def __init__(self, lm, key: str, cache_dir: Path | None = None, trainable: bool = False):
+        self.lm = lm
+        self.key = key
+        self.trainable = trainable
+        self.cache_path = None if cache_dir is None or trainable else Path(cache_dir) / "features" / f"{key}.safetensors"
+        self._cache: dict[str, torch.Tensor] = {}
+        if self.cache_path is not None and self.cache_path.exists():
+            self._cache = load_file(str(self.cache_path))
+
+    @property
+    def hidden_size(self) -> int:
+        return self.lm.model.config.hidden_size
+
+    def states(self, prompts: list[list[int]], responses: list[list[int]], batch_size: int = 16) -> list[torch.Tensor]:
+        """One (len(response), hidden) tensor per pair; cached when frozen."""
+        if self.trainable:
+            return self._forward(prompts, responses, batch_size)
+        keys = [_pair_key(p, r) for p, r in zip(prompts, responses)]
+        missing = sorted({k: i for i, k in enumerate(keys) if k not in self._cache}.items())
+        if missing:
+            index = [i for _, i in missing]
+            with torch.no_grad():
+                computed = self._forward([prompts[i] for i in index], [responses[i] for i in index], batch_size)
+            self._cache.update({k: s.contiguous() for (k, _), s in zip(missing, computed)})
+            self._save()
+        return [self._cache[k] for k in keys]
+
+    def _forward(self, prompts, responses, batch_size) -> list[torch.Tensor]:
+        out = []
+        backbone = self.lm.model.base_model if not self.trainable else self.lm.model.get_base_model().base_model
+        for start in range(0, len(prompts), batch_size):
+            batch_p, batch_r = prompts[start : start + batch_size], responses[start : start + batch_size]
+            ids, mask = right_pad([p + r for p, r in zip(batch_p, batch_r)], self.lm.tokenizer.pad_token_id, self.lm.device)
+            hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state.float()
+            offset = 0
+            rows, cols = response_positions([len(p) for p in batch_p], [len(r) for r in batch_r])
+            picked = hidden[rows, cols]
+            for r in batch_r:
+                out.append(picked[offset : offset + len(r)])
+                offset += len(r)
+        return out
+
+    def _save(self) -> None:
+        if self.cache_path is None:
+            return
+        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.cache_path.with_name(self.cache_path.name + ".tmp")
+        save_file(self._cache, str(tmp))
+        tmp.replace(self.cache_path)
+
+
+def _pair_key(prompt: list[int], response: list[int]) -> str:
+    digest = hashlib.sha1(bytes(str(prompt), "ascii") + b"|" + bytes(str(response), "ascii")).hexdigest()
+    return digest
+
+
+def pad_states(states: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(batch, T, hidden) zero-padded states and their (batch, T) bool mask."""
+    width = max(1, max(len(s) for s in states))
+    hidden = states[0].shape[-1]
+    out = states[0].new_zeros((len(states), width, hidden))
+    mask = torch.zeros((len(states), width), dtype=torch.bool, device=states[0].device)
+    for row, s in enumerate(states):
+        out[row, : len(s)] = s
+        mask[row, : len(s)] = True
+    return out, mask

@@ -1,0 +1,142 @@
+"""RewardMethod: what every registered reward method is (DESIGN.md's one interface).
+
+    fit(train, val)          learn shared parameters θ and train users' z_k
+    adapt(user, support)     z_k = A(D_support, θ) for an unseen user, θ frozen
+    token_rewards / prefix_rewards / sequence_rewards / extend (ARGS candidates)
+    save(dir) / load(dir)    safetensors + JSON, no pickle
+
+Subclasses define `make_head()` (an nn.Module with `pooling` and
+`token_rewards(states, users)`), which parameters are shared vs per-user, and
+optionally their own loss. Global methods ignore users.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from persalign.rewards import base
+from persalign.rewards.train import PairData, TrainLog, train_pairs
+
+GENERIC_USER = "<generic>"
+
+
+@dataclass
+class MethodSettings:
+    """Resolved hyper-parameters of one method (paper appendix F defaults)."""
+
+    head_lr: float = 1e-4
+    weight_decay: float = 0.0
+    user_lr: float = 1e-2
+    latent_dim: int = 8
+    batch_size: int = 32
+    epochs: int = 200
+    patience: int = 20
+    adapt_epochs: int = 100
+    max_steps: int | None = None
+    backbone_lr: float = 5e-5
+    seed: int = 0
+
+
+class RewardMethod(nn.Module):
+    name = "base"
+    display = "Base"
+    personalized = False
+
+    def __init__(self, hidden_size: int, settings: MethodSettings):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.settings = settings
+        self.users: dict[str, int] = {GENERIC_USER: 0}
+        torch.manual_seed(settings.seed)
+        self.head = self.make_head()
+
+    # --- to implement ---------------------------------------------------------------------
+    def make_head(self) -> nn.Module:
+        raise NotImplementedError
+
+    def shared_parameters(self) -> list[nn.Parameter]:
+        return list(self.head.parameters())
+
+    def user_parameters(self, user_index: int) -> list[nn.Parameter]:
+        return []
+
+    def add_user(self, user: str) -> int:
+        """Register a user (personalized heads grow their user tables here)."""
+        if user not in self.users:
+            self.users[user] = len(self.users)
+        return self.users[user]
+
+    # --- rewards ----------------------------------------------------------------------------
+    @property
+    def pooling(self) -> str:
+        return self.head.pooling
+
+    def user_ids(self, users: list[str]) -> torch.Tensor:
+        return torch.tensor([self.users.get(u, 0) for u in users], dtype=torch.long)
+
+    def token_rewards(self, states: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
+        return self.head.token_rewards(states, users.to(states.device))
+
+    def prefix_rewards(self, states: torch.Tensor, mask: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
+        return base.prefix_rewards(self.token_rewards(states, users), mask, self.pooling)
+
+    def sequence_rewards(self, states: torch.Tensor, mask: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
+        return base.sequence_rewards(self.token_rewards(states, users), mask, self.pooling)
+
+    # --- learning ---------------------------------------------------------------------------
+    def fit(self, backbone, train: PairData, val: PairData | None = None) -> TrainLog:
+        for user in sorted(set(train.users) | set(val.users if val else [])):
+            self.add_user(user)
+        s = self.settings
+        groups = [{"params": self.shared_parameters(), "lr": s.head_lr, "weight_decay": s.weight_decay}]
+        user_params = [p for i in range(len(self.users)) for p in self.user_parameters(i)]
+        if user_params:
+            groups.append({"params": user_params, "lr": s.user_lr, "weight_decay": 0.0})
+        if backbone.trainable:
+            groups.append({"params": [p for p in backbone.lm.model.parameters() if p.requires_grad],
+                           "lr": s.backbone_lr, "weight_decay": 0.0})
+        return train_pairs(self, backbone, train, val, groups, epochs=s.epochs, batch_size=s.batch_size,
+                           patience=s.patience, seed=s.seed, max_steps=s.max_steps,
+                           loss_fn=self.loss, on_step=self.after_step)
+
+    def adapt(self, backbone, user: str, support: PairData) -> TrainLog | None:
+        """Fit only this user's parameters on their support pairs (θ frozen)."""
+        index = self.add_user(user)
+        params = self.user_parameters(index)
+        if not params or len(support) == 0:
+            return None
+        s = self.settings
+        return train_pairs(self, backbone, support, None, [{"params": params, "lr": s.user_lr, "weight_decay": 0.0}],
+                           epochs=s.adapt_epochs, batch_size=s.batch_size, patience=s.adapt_epochs, seed=s.seed,
+                           loss_fn=self.loss, on_step=self.after_step)
+
+    loss = None  # a method may set loss(self, r_w, r_l, step); default Bradley-Terry
+
+    def after_step(self) -> None:
+        """Hook after each optimiser step (e.g. keep simplex weights valid)."""
+
+    # --- persistence (safetensors + JSON, no pickle) ----------------------------------------
+    def save(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        save_file(tensors, str(folder / "head.safetensors"))
+        meta = {"method": self.name, "hidden_size": self.hidden_size, "users": self.users,
+                "settings": asdict(self.settings)}
+        (folder / "head.json").write_text(json.dumps(meta, indent=2))
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "RewardMethod":
+        folder = Path(folder)
+        meta = json.loads((folder / "head.json").read_text())
+        method = cls(meta["hidden_size"], MethodSettings(**meta["settings"]))
+        for user in sorted(meta["users"], key=meta["users"].get):
+            method.add_user(user)
+        method.load_state_dict(load_file(str(folder / "head.safetensors")))
+        return method.eval()

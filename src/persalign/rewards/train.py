@@ -1,0 +1,126 @@
+"""The Bradley-Terry training loop, written directly (no library trainer).
+
+loss = -log sigma(R(x, y_w) - R(x, y_l)), logged with accuracy and margin;
+validation accuracy after every epoch drives early stopping (the best
+parameters are restored); minibatch order comes from a seeded generator.
+Methods reuse it for `fit` (shared + user parameters) and for `adapt` (only
+the new user's parameters), and may pass their own `loss_fn` (e.g. a KL term).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from persalign.rewards.backbone import pad_states
+
+
+@dataclass
+class PairData:
+    """Preference pairs as token ids (states come from the backbone, cached when frozen)."""
+
+    users: list[str]
+    prompts: list[list[int]]
+    chosen: list[list[int]]
+    rejected: list[list[int]]
+
+    def __len__(self) -> int:
+        return len(self.users)
+
+    def subset(self, index) -> "PairData":
+        return PairData(*([getattr(self, f)[i] for i in index] for f in ("users", "prompts", "chosen", "rejected")))
+
+
+@dataclass
+class TrainLog:
+    epochs: int = 0
+    steps: int = 0
+    best_val_accuracy: float = float("nan")
+    history: list[dict] = field(default_factory=list)
+
+
+def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torch.Tensor:
+    return -F.logsigmoid(r_chosen - r_rejected).mean()
+
+
+def pair_rewards(method, backbone, data: PairData, index: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequence rewards of chosen and rejected responses for the pairs in `index`."""
+    sub = data.subset(index)
+    states = backbone.states(sub.prompts + sub.prompts, sub.chosen + sub.rejected)
+    padded, mask = pad_states(states)
+    users = method.user_ids(sub.users + sub.users)
+    rewards = method.sequence_rewards(padded, mask, users)
+    return rewards[: len(index)], rewards[len(index):]
+
+
+@torch.no_grad()
+def evaluate_pairs(method, backbone, data: PairData, batch_size: int = 256) -> dict[str, float]:
+    if len(data) == 0:
+        return {"accuracy": float("nan"), "loss": float("nan")}
+    correct, losses = 0.0, 0.0
+    for start in range(0, len(data), batch_size):
+        index = list(range(start, min(start + batch_size, len(data))))
+        r_w, r_l = pair_rewards(method, backbone, data, index)
+        correct += float((r_w > r_l).sum())
+        losses += float(bradley_terry_loss(r_w, r_l)) * len(index)
+    return {"accuracy": 100 * correct / len(data), "loss": losses / len(data)}
+
+
+def train_pairs(method, backbone, data: PairData, val: PairData | None, parameter_groups: list[dict], *,
+                epochs: int, batch_size: int, patience: int, seed: int, max_steps: int | None = None,
+                loss_fn=None, on_step=None) -> TrainLog:
+    """Minimise the BT loss (or `loss_fn(r_w, r_l, step)`) with AdamW; early-stop on val accuracy."""
+    params = [p for group in parameter_groups for p in group["params"]]
+    optimizer = torch.optim.AdamW(parameter_groups)
+    generator = torch.Generator().manual_seed(seed)
+    log, best_state, stale = TrainLog(), None, 0
+    best = -math.inf
+    for epoch in range(epochs):
+        method.train()
+        order = torch.randperm(len(data), generator=generator).tolist()
+        totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
+        for start in range(0, len(order), batch_size):
+            index = order[start : start + batch_size]
+            r_w, r_l = pair_rewards(method, backbone, data, index)
+            loss = loss_fn(r_w, r_l, log.steps) if loss_fn else bradley_terry_loss(r_w, r_l)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if on_step:
+                on_step()
+            log.steps += 1
+            totals["loss"] += float(loss) * len(index)
+            totals["accuracy"] += float((r_w > r_l).float().sum()) * 100
+            totals["margin"] += float((r_w - r_l).sum())
+            if max_steps and log.steps >= max_steps:
+                break
+        method.eval()
+        record = {"epoch": epoch, **{f"train_{k}": v / len(data) for k, v in totals.items()}}
+        score = record["train_accuracy"]
+        if val is not None and len(val):
+            measured = evaluate_pairs(method, backbone, val)
+            record.update({f"val_{k}": v for k, v in measured.items()})
+            score = measured["accuracy"] - 1e-3 * measured["loss"]  # loss breaks accuracy ties
+        log.history.append(record)
+        log.epochs = epoch + 1
+        if score > best:
+            best, stale = score, 0
+            best_state = [p.detach().clone() for p in params]
+            log.best_val_accuracy = record.get("val_accuracy", float("nan"))
+        else:
+            stale += 1
+        if stale >= patience or (max_steps and log.steps >= max_steps):
+            break
+    if best_state is not None:
+        with torch.no_grad():
+            for p, saved in zip(params, best_state):
+                p.copy_(saved)
+    return log
+
+
+def clone_module(module):
+    return copy.deepcopy(module)
