@@ -108,3 +108,22 @@ def test_prompt_budget_drops_demonstrations_never_the_query(tiny_lm):
     ids = formatter.prompt_ids("the query", demos)
     text = tiny_lm.tokenizer.decode(ids)
     assert len(ids) <= 600 and "the query" in text and "Headline 0" in text and "Headline 4" not in text
+
+
+def test_scoring_from_the_generation_prefill_equals_a_fresh_forward(tiny_lm):
+    from persalign.decoding import decode_from, prefill
+    from persalign.scoring import logprobs_from_prefill
+
+    formatter = PromptFormatter(tiny_lm.tokenizer, "headline")
+    prompts = [formatter.prompt_ids(t) for t in ["one", "a much longer article text", "mid size"]]
+    chosen = [formatter.response_ids(t) for t in ["Headline A", "b", "Third one"]]
+    rejected = [formatter.response_ids(t) for t in ["Other", "longer rejected text", ""]]
+    state = prefill(tiny_lm, prompts)
+    generated = decode_from(tiny_lm, state, greedy, 7)
+    assert generated == decode(tiny_lm, prompts, greedy, 7)
+    got_chosen, got_rejected = logprobs_from_prefill(tiny_lm, state, [chosen, rejected])
+    for p, r, got in zip(prompts * 2, chosen + rejected, got_chosen + got_rejected):
+        if r:
+            np.testing.assert_allclose(got, manual_logprobs(tiny_lm, p, r), atol=1e-4)
+        else:
+            assert len(got) == 0

@@ -30,6 +30,7 @@ import torch
 
 from persalign.decoding import RowTracker, clean_generation, extend_mask, left_pad
 from persalign.errors import ConfigError
+from persalign.models.loading import decoder_stack
 from persalign.rewards.base import PoolingState
 
 
@@ -86,7 +87,7 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
     out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     policy_cache = out.past_key_values
     logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-    rm_backbone = guide.lm.model.base_model
+    rm_backbone = decoder_stack(guide.lm.model)
     if shared:
         rm_cache = policy_cache
     else:

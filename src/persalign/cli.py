@@ -80,7 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `key=value` overrides may stand anywhere (also after -o DIR), which argparse alone cannot parse.
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
+    args = build_parser().parse_args([a for a in argv if a not in overrides])
+    if hasattr(args, "overrides"):
+        args.overrides = overrides + args.overrides
     try:
         args.handler(args)
     except PersalignError as exc:

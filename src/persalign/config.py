@@ -70,6 +70,45 @@ class MetricsConfig:
 
 
 @dataclass
+class MethodConfig:
+    """One reward method deployed with ARGS; unset values take the method's paper defaults."""
+
+    name: str = "global_rm"
+    label: str | None = None
+    head_lr: float | None = None
+    user_lr: float | None = None
+    latent_dim: int | None = None
+
+
+@dataclass
+class RewardConfig:
+    """How reward models are built and trained (appendix F.1)."""
+
+    backbone: str | None = None  # default: the first policy (frozen: shared-backbone fast path)
+    mode: str = "frozen"  # frozen (features cached, heads trained) | lora (rank 8, alpha 16, rsLoRA)
+    batch_size: int = 32
+    epochs: int = 200
+    patience: int = 20
+    adapt_epochs: int = 100
+    max_steps: int | None = None  # cap on training steps (LoRA on CPU)
+    backbone_lr: float = 5e-5
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    feature_batch_size: int = 16
+
+
+@dataclass
+class ArgsConfig:
+    """ARGS decoding (Eq. 1) and the choice of λ (appendix F.2)."""
+
+    top_k: int = 10
+    lambdas: list[float] = field(default_factory=lambda: [0.0, 0.1, 0.3, 1.0, 3.0, 10.0])
+    selection: str = "auto"  # auto | policy_accuracy | harmonic | fixed
+    fixed_lambda: float = 1.0
+    validation_size: int = 32  # held-out train-user items for the harmonic-mean rule
+
+
+@dataclass
 class RunConfig:
     name: str = "run"
     seeds: list[int] = field(default_factory=lambda: [0])
@@ -83,6 +122,9 @@ class RunConfig:
             DecoderConfig("icl_rag", shots=4),
         ]
     )
+    methods: list[MethodConfig] = field(default_factory=list)  # reward methods, each deployed with ARGS
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    args: ArgsConfig = field(default_factory=ArgsConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     device: str = "auto"

@@ -85,26 +85,46 @@ def extend_mask(mask: torch.Tensor) -> torch.Tensor:
     return torch.cat([mask, torch.ones((mask.shape[0], 1), dtype=mask.dtype, device=mask.device)], dim=1)
 
 
+@dataclass
+class Prefill:
+    """The state after one forward over left-padded prompts: reused by decoding and scoring."""
+
+    mask: torch.Tensor
+    positions: torch.Tensor
+    cache: object
+    logprobs: torch.Tensor  # (rows, vocab) log π(· | prompt)
+    width: int  # padded prompt length
+
+
 @torch.no_grad()
-def decode(lm, prompts: list[list[int]], choose_next: ChooseNext, max_new_tokens: int) -> list[list[int]]:
-    """Generate for every prompt; returns the new token ids of each row (stop token excluded)."""
-    model, tokenizer = lm.model, lm.tokenizer
-    ids, mask, positions = left_pad(prompts, tokenizer.pad_token_id, lm.device)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
-    logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-    rows = RowTracker(tokenizer, logprobs.shape[-1], len(prompts), lm.device)
-    next_pos = positions[:, -1] + 1
+def prefill(lm, prompts: list[list[int]]) -> Prefill:
+    ids, mask, positions = left_pad(prompts, lm.tokenizer.pad_token_id, lm.device)
+    out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+    return Prefill(mask, positions, out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1),
+                   ids.shape[1])
+
+
+@torch.no_grad()
+def decode_from(lm, state: Prefill, choose_next: ChooseNext, max_new_tokens: int) -> list[list[int]]:
+    """Decode from a prefill; the cache grows (crop it to `state.width` to reuse the prompt)."""
+    mask, logprobs = state.mask, state.logprobs
+    rows = RowTracker(lm.tokenizer, logprobs.shape[-1], mask.shape[0], lm.device)
+    next_pos = state.positions[:, -1] + 1
     for step in range(max_new_tokens):
         tokens = rows.push(choose_next(logprobs, step))
         if rows.done or step == max_new_tokens - 1:
             break
         mask = extend_mask(mask)
-        out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                    past_key_values=out.past_key_values, use_cache=True)
+        out = lm.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                       past_key_values=state.cache, use_cache=True)
         logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
         next_pos = next_pos + 1
     return rows.generated
+
+
+def decode(lm, prompts: list[list[int]], choose_next: ChooseNext, max_new_tokens: int) -> list[list[int]]:
+    """Generate for every prompt; returns the new token ids of each row (stop token excluded)."""
+    return decode_from(lm, prefill(lm, prompts), choose_next, max_new_tokens)
 
 
 def clean_generation(tokenizer, ids: list[int]) -> str:

@@ -30,7 +30,9 @@ def right_pad(sequences: list[list[int]], pad_id: int, device) -> tuple[torch.Te
 @torch.no_grad()
 def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], batch_size: int = 16) -> list[np.ndarray]:
     """log π(y_t | x, y<t) for each response token, one array per (prompt, response)."""
-    backbone, head = lm.model.base_model, lm.model.get_output_embeddings()
+    from persalign.models.loading import decoder_stack
+
+    backbone, head = decoder_stack(lm.model), lm.model.get_output_embeddings()
     results: list[np.ndarray] = []
     for start in range(0, len(prompts), batch_size):
         batch_p, batch_r = prompts[start : start + batch_size], responses[start : start + batch_size]
@@ -51,6 +53,50 @@ def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], 
             results.append(picked[offset : offset + len(r)])
             offset += len(r)
     return results
+
+
+@torch.no_grad()
+def logprobs_from_prefill(lm, state, groups: list[list[list[int]]]) -> list[list[np.ndarray]]:
+    """log π(y_t | x, y<t) of several responses per prompt, reusing the prompts' prefill.
+
+    `groups[g][row]` is the g-th response of prompt `row` (e.g. chosen, rejected).
+    The prefill cache is cropped back to the prompt (decoding may have grown
+    it) and replicated once per group; the prompt is never recomputed.
+    """
+    rows, n_groups = state.mask.shape[0], len(groups)
+    for layer in state.cache.layers:  # back to the prompt only, once per group
+        layer.keys = layer.keys[:, :, : state.width].repeat(n_groups, 1, 1, 1)
+        layer.values = layer.values[:, :, : state.width].repeat(n_groups, 1, 1, 1)
+    responses = [r for group in groups for r in group]
+    width = max(1, max(len(r) for r in responses))
+    ids = torch.full((len(responses), width), lm.tokenizer.pad_token_id, dtype=torch.long, device=lm.device)
+    cont_mask = torch.zeros((len(responses), width), dtype=state.mask.dtype, device=lm.device)
+    for i, r in enumerate(responses):
+        ids[i, : len(r)] = torch.tensor(r, device=lm.device)
+        cont_mask[i, : len(r)] = 1
+    start = (state.positions[:, -1] + 1).repeat(n_groups)
+    positions = start[:, None] + torch.arange(width, device=lm.device)[None]
+    mask = torch.cat([state.mask.repeat(n_groups, 1), cont_mask], dim=1)
+    hidden = decoder_stack_of(lm)(input_ids=ids, attention_mask=mask, position_ids=positions,
+                                  past_key_values=state.cache, use_cache=True).last_hidden_state
+    first = state.logprobs.repeat(n_groups, 1)  # predicts each response's first token
+    head = lm.model.get_output_embeddings()
+    out: list[list[np.ndarray]] = [[] for _ in groups]
+    for i, r in enumerate(responses):
+        if not r:
+            values = np.zeros(0, dtype=np.float32)
+        else:
+            tail = torch.log_softmax(head(hidden[i, : len(r) - 1]).float(), dim=-1) if len(r) > 1 else None
+            values = [first[i, r[0]]] + ([] if tail is None else list(tail[torch.arange(len(r) - 1), r[1:]]))
+            values = torch.stack(values).cpu().numpy()
+        out[i // rows].append(values)
+    return out
+
+
+def decoder_stack_of(lm):
+    from persalign.models.loading import decoder_stack
+
+    return decoder_stack(lm.model)
 
 
 def mean_logprob(token_logprobs: np.ndarray) -> float:

@@ -20,6 +20,13 @@ class LoadedLM:
     device: torch.device
 
 
+def decoder_stack(model) -> torch.nn.Module:
+    """The transformer body (returns hidden states) of a causal LM, through a PEFT wrapper if any."""
+    if hasattr(model, "get_base_model"):
+        model = model.get_base_model()
+    return model.base_model
+
+
 def resolve_model_path(name: str, cache_dir: str | None = None) -> str:
     """Local folder for an alias; other names are returned unchanged (hub id or path)."""
     if name in MODELS:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from persalign.models.loading import decoder_stack
 from persalign.scoring import right_pad
 
 
@@ -64,7 +65,7 @@ class RewardBackbone:
 
     def _forward(self, prompts, responses, batch_size) -> list[torch.Tensor]:
         out = []
-        backbone = self.lm.model.base_model if not self.trainable else self.lm.model.get_base_model().base_model
+        backbone = decoder_stack(self.lm.model)
         for start in range(0, len(prompts), batch_size):
             batch_p, batch_r = prompts[start : start + batch_size], responses[start : start + batch_size]
             ids, mask = right_pad([p + r for p, r in zip(batch_p, batch_r)], self.lm.tokenizer.pad_token_id, self.lm.device)

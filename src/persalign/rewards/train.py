@@ -93,7 +93,7 @@ def train_pairs(method, backbone, data: PairData, val: PairData | None, paramete
             if on_step:
                 on_step()
             log.steps += 1
-            totals["loss"] += float(loss) * len(index)
+            totals["loss"] += float(loss.detach()) * len(index)
             totals["accuracy"] += float((r_w > r_l).float().sum()) * 100
             totals["margin"] += float((r_w - r_l).sum())
             if max_steps and log.steps >= max_steps:

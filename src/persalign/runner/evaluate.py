@@ -14,13 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from persalign.decoding import generate_texts
+from persalign.decoding import clean_generation, decode_from, greedy, prefill
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
 from persalign.prompts import PromptFormatter
 from persalign.records import Comparison, Completion
 from persalign.runner.provenance import peak_memory_mib
 from persalign.runner.store import Cell, RunStore
-from persalign.scoring import mean_logprob, response_logprobs
+from persalign.scoring import logprobs_from_prefill, mean_logprob
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,16 @@ def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tup
     timings["prompts_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    generations = generate_texts(job.lm, prompts, job.max_new_tokens)
+    state = prefill(job.lm, prompts)  # one pass over the prompts serves generation and scoring
+    generated = decode_from(job.lm, state, greedy, job.max_new_tokens)
+    generations = [clean_generation(job.lm.tokenizer, ids) for ids in generated]
     timings["generation_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    responses = [job.formatter.response_ids(ex.comparison.chosen) for ex in batch]
-    responses += [job.formatter.response_ids(ex.comparison.rejected) for ex in batch]
-    logprobs = response_logprobs(job.lm, prompts + prompts, responses, batch_size=job.batch_size)
+    chosen = [job.formatter.response_ids(ex.comparison.chosen) for ex in batch]
+    rejected = [job.formatter.response_ids(ex.comparison.rejected) for ex in batch]
+    chosen_lp, rejected_lp = logprobs_from_prefill(job.lm, state, [chosen, rejected])
+    logprobs = chosen_lp + rejected_lp
     timings["scoring_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -94,11 +97,20 @@ def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tup
     return rows, timings
 
 
+# per-example 0/1 columns -> summary name (×100, macro over users)
+RATE_COLUMNS = {
+    "policy_correct": "policy_accuracy", "policy_tie": "policy_ties",
+    "rm_correct": "rm_accuracy", "rm_tie": "rm_ties",
+    "win": "win_rate", "win_tie": "win_ties",
+}
+
+
 def summarize(rows: list[dict], score_columns: list[str]) -> dict:
-    """Macro (over users) means of every per-example score, plus pooled policy accuracy."""
+    """Macro (over users) means of every per-example score and rate, plus pooled policy accuracy."""
     summary = {column: user_macro_mean(rows, column) for column in score_columns}
-    summary["policy_accuracy"] = 100 * user_macro_mean(rows, "policy_correct")
-    summary["policy_ties"] = 100 * user_macro_mean(rows, "policy_tie")
+    for column, name in RATE_COLUMNS.items():
+        if rows and column in rows[0]:
+            summary[name] = 100 * user_macro_mean(rows, column)
     pooled = ranking_accuracy([r["s_chosen"] for r in rows], [r["s_rejected"] for r in rows])
     summary["policy_accuracy_pooled"] = pooled["accuracy"]
     summary["examples"] = len(rows)
@@ -107,29 +119,32 @@ def summarize(rows: list[dict], score_columns: list[str]) -> dict:
     return summary
 
 
-def run_cell(job: CellJob, store: RunStore, examples: list[Example], settings: dict) -> dict:
+def run_cell(job, store: RunStore, examples: list[Example], settings: dict, evaluate_batch=None,
+             seed_dependent: bool | None = None) -> dict:
+    """Evaluate every batch not yet on disk, then write the cell's metrics.json."""
+    evaluate_batch = evaluate_batch or _evaluate_batch
     batches = [examples[i : i + job.batch_size] for i in range(0, len(examples), job.batch_size)]
-    done = store.completed_batches(job.cell, [[ex.id for ex in b] for b in batches])
-    label = f"{job.cell.decoder} | {job.cell.policy} | seed {job.cell.seed}"
+    cell = job.cell
+    done = store.completed_batches(cell, [[ex.id for ex in b] for b in batches])
+    label = f"{cell.decoder} | {cell.policy} | seed {cell.seed}"
     for index, batch in enumerate(tqdm(batches, desc=label, unit="batch", initial=0, leave=False)):
         if index in done:
             continue
-        rows, timings = _evaluate_batch(job, batch, index)
-        store.append(job.cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
-        store.append(job.cell, "timings.jsonl", [timings])
-    rows = store.read_rows(job.cell)
+        rows, timings = evaluate_batch(job, batch, index)
+        store.append(cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
+        store.append(cell, "timings.jsonl", [timings])
+    rows = store.read_rows(cell)
     columns = [c for metric in job.metrics for c in metric.columns]
-    timings = store.read_jsonl(job.cell, "timings.jsonl")
-    stage_seconds = {
-        key: float(np.sum([t[key] for t in timings])) for key in ("prompts_s", "generation_s", "scoring_s", "metrics_s")
-    }
+    timings = store.read_jsonl(cell, "timings.jsonl")
+    stage_keys = sorted({k for t in timings for k in t if k.endswith("_s")})
+    stage_seconds = {key: float(np.sum([t.get(key, 0.0) for t in timings])) for key in stage_keys}
     metrics = {
-        "policy": job.cell.policy, "decoder": job.cell.decoder, "decoder_name": settings["decoder_name"],
-        "decoder_index": settings["decoder_index"],
-        "seed": job.cell.seed, "seed_dependent": job.decoder.seed_dependent,
+        "policy": cell.policy, "decoder": cell.decoder, "decoder_name": settings["decoder_name"],
+        "decoder_index": settings["decoder_index"], "seed": cell.seed,
+        "seed_dependent": job.decoder.seed_dependent if seed_dependent is None else seed_dependent,
         **summarize(rows, columns),
         "stage_seconds": stage_seconds, "peak_memory_mib": peak_memory_mib(),
         "settings": settings,
     }
-    store.write_metrics(job.cell, metrics)
+    store.write_metrics(cell, metrics)
     return metrics

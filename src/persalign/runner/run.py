@@ -21,6 +21,7 @@ from persalign.prompts import PromptFormatter
 from persalign.registry import DECODERS, METRICS
 from persalign.runner import provenance
 from persalign.runner.evaluate import CellJob, query_examples, run_cell
+from persalign.runner.reward_run import RewardBackbones, reward_cells, run_reward_cells
 from persalign.runner.store import Cell, RunStore
 
 
@@ -52,9 +53,12 @@ def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
     store.prepare(to_dict(config), provenance.collect(device, config.seeds))
     decoders = make_decoders(config)
     cells = planned_cells(config, decoders)
+    method_cells = reward_cells(config)
     todo = [c for c in cells if not store.is_complete(c[0])]
-    log(f"run dir {store.root}: {len(cells)} cells, {len(cells) - len(todo)} already complete")
-    if not todo:
+    method_todo = [c for c in method_cells if not store.is_complete(c)]
+    total = len(cells) + len(method_cells)
+    log(f"run dir {store.root}: {total} cells, {total - len(todo) - len(method_todo)} already complete")
+    if not todo and not method_todo:
         return store
 
     embedder = load_embedder(config.data.embedder, config.cache_dir)
@@ -67,9 +71,10 @@ def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
     metrics = [METRICS.get(name)(config.metrics, config.cache_dir) for name in config.metrics.names]
     metric_settings = {k: v for m in metrics for k, v in m.settings().items()}
 
+    backbones = RewardBackbones(config, store)
     for policy in config.policies:
         policy_cells = [c for c in todo if c[0].policy == policy]
-        if not policy_cells:
+        if not policy_cells and not any(c.policy == policy for c in method_todo):
             continue
         lm = load_causal_lm(policy, config.device, config.dtype, config.cache_dir)
         formatter = PromptFormatter(lm.tokenizer, dataset.task, config.generation.max_prompt_tokens)
@@ -81,5 +86,8 @@ def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
             result = run_cell(job, store, examples, settings)
             log(f"[{index}/{len(policy_cells)}] {cell.decoder} | {policy} | seed {cell.seed}: "
                 f"policy acc {result['policy_accuracy']:.2f}, ROUGE-1 {result.get('rouge1', float('nan')):.2f}")
+        if config.methods:
+            run_reward_cells(config, store, dataset, split, examples, lm, formatter, metrics, backbones,
+                             len(config.decoders), log)
     log(f"finished in {time.perf_counter() - started:.0f} s, peak memory {provenance.peak_memory_mib():.0f} MiB")
     return store

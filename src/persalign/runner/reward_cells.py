@@ -1,0 +1,233 @@
+"""Reward-method cells: train (once per method × seed), adapt, choose λ, deploy with ARGS.
+
+For each (method, seed): fit on the train users' pairs (held-out pairs for
+early stopping), adapt every adaptation user on their support pairs, save the
+result in RUN_DIR/models/METHOD/seed-N (safetensors). For each policy: choose
+λ (appendix F.2), then per batch of query examples: ARGS generation (Eq. 1),
+policy accuracy with s_personal (Eq. 6), RM accuracy (Eq. 2), the win rate of
+the ARGS output over the zero-shot output under the method's own RM (Table 5),
+and ROUGE / BERTScore against the user's own text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from persalign.args_decoding import RewardGuide, args_decode
+from persalign.decoding import clean_generation, generate_texts
+from persalign.metrics.ranking import pair_outcome
+from persalign.rewards.backbone import RewardBackbone, pad_states
+from persalign.rewards.lambda_select import best_lambda, harmonic_mean, policy_accuracy_curve
+from persalign.rewards.method import MethodSettings
+from persalign.rewards.train import PairData
+from persalign.registry import METHODS
+from persalign.scoring import response_logprobs
+
+
+def method_settings(method_cls, method_config, reward_config, seed: int) -> MethodSettings:
+    defaults = MethodSettings()
+    return MethodSettings(
+        head_lr=method_config.head_lr or getattr(method_cls, "default_head_lr", defaults.head_lr),
+        user_lr=method_config.user_lr or getattr(method_cls, "default_user_lr", defaults.user_lr),
+        latent_dim=method_config.latent_dim or getattr(method_cls, "default_latent_dim", defaults.latent_dim),
+        batch_size=reward_config.batch_size, epochs=reward_config.epochs, patience=reward_config.patience,
+        adapt_epochs=reward_config.adapt_epochs, max_steps=reward_config.max_steps,
+        backbone_lr=reward_config.backbone_lr, seed=seed,
+    )
+
+
+def pair_data(dataset, ids_by_user: dict[str, list[str]], formatter, users: list[str]) -> PairData:
+    comparisons = {c.id: c for c in dataset.comparisons}
+    data = PairData([], [], [], [])
+    for user in users:
+        for pair_id in ids_by_user.get(user, []):
+            c = comparisons[pair_id]
+            data.users.append(user)
+            data.prompts.append(formatter.prompt_ids(c.prompt))
+            data.chosen.append(formatter.response_ids(c.chosen))
+            data.rejected.append(formatter.response_ids(c.rejected))
+    return data
+
+
+@dataclass
+class TrainedReward:
+    method: object
+    backbone: RewardBackbone
+    log: dict = field(default_factory=dict)
+
+
+def train_or_load(method_config, label, seed, config, dataset, split, backbone, formatter, model_dir, log) -> TrainedReward:
+    """Fit + adapt, or load what an earlier (possibly interrupted) run saved."""
+    method_cls = METHODS.get(method_config.name)
+    if (model_dir / "head.json").exists():
+        method = method_cls.load(model_dir)
+        return TrainedReward(method, backbone, json.loads((model_dir / "train_log.json").read_text()))
+    settings = method_settings(method_cls, method_config, config.reward, seed)
+    method = method_cls(backbone.hidden_size, settings)
+    train = pair_data(dataset, split.train, formatter, split.train_users)
+    val = pair_data(dataset, split.heldout, formatter, split.train_users)
+    start = time.perf_counter()
+    backbone.states(train.prompts * 2 + val.prompts * 2, train.chosen + train.rejected + val.chosen + val.rejected,
+                    config.reward.feature_batch_size)
+    features_s = time.perf_counter() - start
+    start = time.perf_counter()
+    fit_log = method.fit(backbone, train, val)
+    fit_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for user in split.adapt_users:
+        method.adapt(backbone, user, pair_data(dataset, split.support, formatter, [user]))
+    adapt_s = time.perf_counter() - start
+    info = {"features_s": features_s, "fit_s": fit_s, "adapt_s": adapt_s, "epochs": fit_log.epochs,
+            "steps": fit_log.steps, "best_val_accuracy": fit_log.best_val_accuracy,
+            "settings": settings.__dict__, "history": fit_log.history}
+    method.save(model_dir)
+    (model_dir / "train_log.json").write_text(json.dumps(info, indent=2))
+    log(f"trained {label} seed {seed}: {fit_log.epochs} epochs, val acc {fit_log.best_val_accuracy:.2f}, "
+        f"fit {fit_s:.1f}s, adapt {adapt_s:.1f}s")
+    return TrainedReward(method.eval(), backbone, info)
+
+
+@torch.no_grad()
+def sequence_and_prefix_sums(trained: TrainedReward, users, prompts, responses) -> tuple[np.ndarray, np.ndarray]:
+    """(sequence reward, Σ_t prefix reward) of each response under the trained RM."""
+    states = trained.backbone.states(prompts, responses)
+    padded, mask = pad_states(states)
+    ids = trained.method.user_ids(users)
+    prefix = trained.method.prefix_rewards(padded, mask, ids)
+    last = (mask.sum(-1) - 1).clamp(min=0)
+    sequence = prefix.gather(1, last[:, None]).squeeze(1) * mask.any(-1)
+    return sequence.numpy(), prefix.sum(-1).numpy()
+
+
+def logprob_sums(policy, prompts, responses, batch_size) -> np.ndarray:
+    return np.array([float(lp.sum()) for lp in response_logprobs(policy, prompts, responses, batch_size)])
+
+
+def choose_lambda(args_config, trained, policy, formatter, dataset, split, metrics_by_name, has_completions,
+                  batch_size, max_new_tokens) -> dict:
+    """Appendix F.2: returns {'lambda', 'rule', 'curve'}."""
+    grid = list(args_config.lambdas)
+    rule = args_config.selection
+    if rule == "auto":
+        rule = "harmonic" if has_completions else "policy_accuracy"
+    if rule == "fixed":
+        return {"lambda": args_config.fixed_lambda, "rule": "fixed", "curve": {}}
+    val = pair_data(dataset, split.heldout, formatter, split.train_users)
+    if rule == "harmonic":
+        step = max(1, len(val) // max(1, args_config.validation_size))
+        val = val.subset(list(range(0, len(val), step))[: args_config.validation_size])
+    lp_w = logprob_sums(policy, val.prompts, val.chosen, batch_size)
+    lp_l = logprob_sums(policy, val.prompts, val.rejected, batch_size)
+    _, r_w = sequence_and_prefix_sums(trained, val.users, val.prompts, val.chosen)
+    _, r_l = sequence_and_prefix_sums(trained, val.users, val.prompts, val.rejected)
+    accuracy = policy_accuracy_curve(lp_w, lp_l, r_w, r_l, grid)
+    if rule == "policy_accuracy":
+        lam, _ = best_lambda(grid, accuracy)
+        return {"lambda": lam, "rule": rule, "curve": {"lambda": grid, "policy_accuracy": accuracy.tolist()}}
+    references = [c for c in (dataset.completion_by_id()[i] for u in split.train_users for i in split.heldout.get(u, []))]
+    references = [r.reference for r in references][:: max(1, len(references) // max(1, len(val)))][: len(val)]
+    rouge = metrics_by_name["rouge"]
+    objective, rouge_curve, inv_ppl_curve = [], [], []
+    for lam, acc in zip(grid, accuracy):
+        guide = RewardGuide(trained.backbone.lm, trained.method, val.users)
+        rows = []
+        for start in range(0, len(val), batch_size):
+            guide.users = val.users[start : start + batch_size]
+            rows += args_decode(policy, guide, val.prompts[start : start + batch_size], lam,
+                                args_config.top_k, max_new_tokens)
+        texts = [clean_generation(policy.tokenizer, ids) for ids in rows]
+        r1 = np.mean([s["rouge1"] for s in rouge.score(texts, references)]) / 100
+        gen_ids = [formatter.response_ids(t) for t in texts]
+        lps = response_logprobs(policy, val.prompts, gen_ids, batch_size)
+        inv_ppl = float(np.mean([np.exp(lp.mean()) if len(lp) else 0.0 for lp in lps]))
+        rouge_curve.append(float(r1))
+        inv_ppl_curve.append(inv_ppl)
+        objective.append(harmonic_mean([r1, inv_ppl, acc / 100]))
+    lam, _ = best_lambda(grid, objective)
+    return {"lambda": lam, "rule": rule, "curve": {"lambda": grid, "policy_accuracy": accuracy.tolist(),
+                                                   "rouge1": rouge_curve, "inverse_perplexity": inv_ppl_curve,
+                                                   "harmonic": objective}}
+
+
+@dataclass
+class RewardCellJob:
+    cell: object
+    trained: TrainedReward
+    policy: object
+    formatter: object
+    lam: float
+    top_k: int
+    metrics: list
+    batch_size: int
+    max_new_tokens: int
+    zero_shot: dict  # example id -> zero-shot generation (for the win rate)
+
+
+def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[list[dict], dict]:
+    timings = {"batch": batch_index}
+    users = [ex.comparison.user for ex in batch]
+    prompts = [job.formatter.prompt_ids(ex.comparison.prompt) for ex in batch]
+    start = time.perf_counter()
+    guide = RewardGuide(job.trained.backbone.lm, job.trained.method, users)
+    generated = args_decode(job.policy, guide, prompts, job.lam, job.top_k, job.max_new_tokens)
+    generations = [clean_generation(job.policy.tokenizer, ids) for ids in generated]
+    timings["generation_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    chosen = [job.formatter.response_ids(ex.comparison.chosen) for ex in batch]
+    rejected = [job.formatter.response_ids(ex.comparison.rejected) for ex in batch]
+    lp = logprob_sums(job.policy, prompts + prompts, chosen + rejected, job.batch_size)
+    seq, prefix_sum = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2, chosen + rejected)
+    zero_shot = [job.zero_shot[ex.id] for ex in batch]
+    gen_seq, _ = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2,
+                                          [job.formatter.response_ids(t) for t in generations + zero_shot])
+    timings["scoring_s"] = time.perf_counter() - start
+
+    start = time.perf_counter()
+    references = [ex.completion.reference for ex in batch]
+    scores = [dict() for _ in batch]
+    for metric in job.metrics:
+        for row, values in zip(scores, metric.score(generations, references)):
+            row.update(values)
+    timings["metrics_s"] = time.perf_counter() - start
+
+    n, rows = len(batch), []
+    for i, ex in enumerate(batch):
+        s_w, s_l = lp[i] + job.lam * prefix_sum[i], lp[n + i] + job.lam * prefix_sum[n + i]
+        policy = pair_outcome(s_w, s_l)
+        rm = pair_outcome(seq[i], seq[n + i])
+        rows.append({
+            "id": ex.id, "user": ex.comparison.user, "batch": batch_index,
+            "prompt": ex.comparison.prompt, "reference": ex.completion.reference,
+            "generation": generations[i], "zero_shot_generation": zero_shot[i], "lambda": job.lam,
+            "s_chosen": float(s_w), "s_rejected": float(s_l),
+            "policy_correct": policy["correct"], "policy_tie": policy["tie"],
+            "rm_chosen": float(seq[i]), "rm_rejected": float(seq[n + i]),
+            "rm_correct": rm["correct"], "rm_tie": rm["tie"],
+            "rm_generation": float(gen_seq[i]), "rm_zero_shot": float(gen_seq[n + i]),
+            "win": float(gen_seq[i] > gen_seq[n + i]), "win_tie": float(gen_seq[i] == gen_seq[n + i]),
+            **scores[i],
+        })
+    return rows, timings
+
+
+def zero_shot_generations(store, policy, formatter, examples, batch_size, max_new_tokens) -> dict[str, str]:
+    """Zero-shot outputs for the win rate: reused from the run's Zero-Shot cell when it has them."""
+    found = {}
+    for metrics_path in store.root.glob("cells/*/*/*/metrics.json"):
+        meta = json.loads(metrics_path.read_text())
+        if meta["policy"] == policy.name and meta.get("decoder_name") == "zero_shot":
+            for line in (metrics_path.parent / "rows.jsonl").read_text().splitlines():
+                row = json.loads(line)
+                found[row["id"]] = row["generation"]
+    missing = [ex for ex in examples if ex.id not in found]
+    for start in range(0, len(missing), batch_size):
+        batch = missing[start : start + batch_size]
+        texts = generate_texts(policy, [formatter.prompt_ids(ex.comparison.prompt) for ex in batch], max_new_tokens)
+        found.update({ex.id: t for ex, t in zip(batch, texts)})
+    return found

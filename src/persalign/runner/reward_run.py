@@ -1,0 +1,112 @@
+"""The reward-method part of `persalign run`: one ARGS cell per method × policy × seed.
+
+Trained heads (and LoRA adapters) live in RUN_DIR/models/METHOD/seed-N and
+frozen backbone features in RUN_DIR/features, so a re-run or another policy
+reuses them; the chosen λ is kept in the cell folder as lambda.json.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from persalign.errors import ConfigError
+from persalign.models.loading import load_causal_lm
+from persalign.prompts import PromptFormatter
+from persalign.registry import METHODS
+from persalign.rewards.backbone import RewardBackbone
+from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
+from persalign.runner.evaluate import run_cell
+from persalign.runner.reward_cells import (
+    RewardCellJob, choose_lambda, evaluate_reward_batch, train_or_load, zero_shot_generations,
+)
+from persalign.runner.store import Cell
+
+
+def method_labels(config) -> list[str]:
+    labels = [m.label or METHODS.get(m.name).display for m in config.methods]
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ConfigError(f"methods: labels must be unique, repeated: {repeated} (set `label`)")
+    return labels
+
+
+def reward_cells(config) -> list[Cell]:
+    labels = method_labels(config)
+    return [Cell(p, label, seed) for p in config.policies for label in labels for seed in config.seeds]
+
+
+class RewardBackbones:
+    """Loads each RM backbone once; frozen + same model as the policy = shared fast path."""
+
+    def __init__(self, config, store):
+        self.config, self.store, self._frozen = config, store, {}
+        if config.reward.mode not in ("frozen", "lora"):
+            raise ConfigError(f"reward.mode must be frozen or lora, got {config.reward.mode!r}")
+
+    def get(self, policy_lm, method_label: str, seed: int, task: str) -> tuple[RewardBackbone, PromptFormatter]:
+        cfg = self.config
+        name = cfg.reward.backbone or cfg.policies[0]
+        slug = re.sub(r"[^\w.-]+", "_", name)
+        if cfg.reward.mode == "frozen":
+            if name not in self._frozen:
+                lm = policy_lm if name == policy_lm.name else load_causal_lm(name, cfg.device, cfg.dtype, cfg.cache_dir)
+                self._frozen[name] = RewardBackbone(lm, f"{slug}-{task}", self.store.root / "features")
+            backbone = self._frozen[name]
+        else:
+            base = load_causal_lm(name, cfg.device, cfg.dtype, cfg.cache_dir)
+            adapter = self.store.root / "models" / _slug(method_label) / f"seed-{seed}" / "adapter"
+            lm = load_adapter(base, adapter) if adapter.exists() else attach_lora(base, cfg.reward.lora_rank,
+                                                                                  cfg.reward.lora_alpha)
+            backbone = RewardBackbone(lm, f"{slug}-lora", trainable=not adapter.exists())
+        formatter = PromptFormatter(backbone.lm.tokenizer, task, cfg.generation.max_prompt_tokens)
+        return backbone, formatter
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+
+
+def run_reward_cells(config, store, dataset, split, examples, policy_lm, policy_formatter, metrics,
+                     backbones: RewardBackbones, decoder_count: int, log) -> None:
+    labels = method_labels(config)
+    metrics_by_name = dict(zip(config.metrics.names, metrics))
+    if "rouge" not in metrics_by_name:
+        from persalign.metrics.generation import RougeMetric
+
+        metrics_by_name["rouge"] = RougeMetric(config.metrics)
+    zero_shot = None
+    for index, (method_config, label) in enumerate(zip(config.methods, labels)):
+        for seed in config.seeds:
+            cell = Cell(policy_lm.name, label, seed)
+            if store.is_complete(cell):
+                continue
+            backbone, rm_formatter = backbones.get(policy_lm, label, seed, dataset.task)
+            model_dir = store.root / "models" / _slug(label) / f"seed-{seed}"
+            trained = train_or_load(method_config, label, seed, config, dataset, split, backbone, rm_formatter,
+                                    model_dir, log)
+            if backbone.trainable:
+                save_adapter(backbone.lm, model_dir / "adapter")
+                backbone.trainable = False
+            lambda_path = store.cell_dir(cell) / "lambda.json"
+            if lambda_path.exists():
+                choice = json.loads(lambda_path.read_text())
+            else:
+                choice = choose_lambda(config.args, trained, policy_lm, policy_formatter, dataset, split,
+                                       metrics_by_name, bool(dataset.completions), config.generation.batch_size,
+                                       config.generation.max_new_tokens)
+                lambda_path.parent.mkdir(parents=True, exist_ok=True)
+                lambda_path.write_text(json.dumps(choice, indent=2))
+            if zero_shot is None:
+                zero_shot = zero_shot_generations(store, policy_lm, policy_formatter, examples,
+                                                  config.generation.batch_size, config.generation.max_new_tokens)
+            job = RewardCellJob(cell, trained, policy_lm, policy_formatter, choice["lambda"], config.args.top_k,
+                                metrics, config.generation.batch_size, config.generation.max_new_tokens, zero_shot)
+            settings = {"decoder_name": "args", "method": method_config.name, "decoder_index": decoder_count + index,
+                        "lambda": choice["lambda"], "lambda_rule": choice["rule"], "top_k": config.args.top_k,
+                        "reward_mode": config.reward.mode, "training": {k: v for k, v in trained.log.items()
+                                                                         if k != "history"}}
+            result = run_cell(job, store, examples, settings, evaluate_batch=evaluate_reward_batch, seed_dependent=True)
+            log(f"{label} | {policy_lm.name} | seed {seed}: λ={choice['lambda']} ({choice['rule']}), "
+                f"RM acc {result['rm_accuracy']:.2f}, policy acc {result['policy_accuracy']:.2f}, "
+                f"ROUGE-1 {result.get('rouge1', float('nan')):.2f}, win rate {result['win_rate']:.2f}")
