@@ -56,30 +56,39 @@ def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], 
 
 
 @torch.no_grad()
-def logprobs_from_prefill(lm, state, groups: list[list[list[int]]]) -> list[list[np.ndarray]]:
-    """log π(y_t | x, y<t) of several responses per prompt, reusing the prompts' prefill.
+def continue_from_prefill(lm, state, prompt_rows: list[int], responses: list[list[int]]):
+    """Hidden states of each response appended to its prompt's prefill (the prompt is not recomputed).
 
-    `groups[g][row]` is the g-th response of prompt `row` (e.g. chosen, rejected).
-    The prefill cache is cropped back to the prompt (decoding may have grown
-    it) and replicated once per group; the prompt is never recomputed.
+    `prompt_rows[i]` is the prefill row that response i continues. The cache is
+    cut back to the prompt (decoding may have grown it) and gathered per response.
+    Returns (hidden (n, width, H), first-token log-probs (n, vocab)).
     """
-    rows, n_groups = state.mask.shape[0], len(groups)
-    for layer in state.cache.layers:  # back to the prompt only, once per group
-        layer.keys = layer.keys[:, :, : state.width].repeat(n_groups, 1, 1, 1)
-        layer.values = layer.values[:, :, : state.width].repeat(n_groups, 1, 1, 1)
-    responses = [r for group in groups for r in group]
+    index = torch.tensor(prompt_rows, device=lm.device)
+    for layer in state.cache.layers:
+        layer.keys = layer.keys[:, :, : state.width].index_select(0, index)
+        layer.values = layer.values[:, :, : state.width].index_select(0, index)
     width = max(1, max(len(r) for r in responses))
     ids = torch.full((len(responses), width), lm.tokenizer.pad_token_id, dtype=torch.long, device=lm.device)
     cont_mask = torch.zeros((len(responses), width), dtype=state.mask.dtype, device=lm.device)
     for i, r in enumerate(responses):
         ids[i, : len(r)] = torch.tensor(r, device=lm.device)
         cont_mask[i, : len(r)] = 1
-    start = (state.positions[:, -1] + 1).repeat(n_groups)
-    positions = start[:, None] + torch.arange(width, device=lm.device)[None]
-    mask = torch.cat([state.mask.repeat(n_groups, 1), cont_mask], dim=1)
+    positions = (state.positions[:, -1] + 1).index_select(0, index)[:, None] + torch.arange(width, device=lm.device)
+    mask = torch.cat([state.mask.index_select(0, index), cont_mask], dim=1)
     hidden = decoder_stack_of(lm)(input_ids=ids, attention_mask=mask, position_ids=positions,
                                   past_key_values=state.cache, use_cache=True).last_hidden_state
-    first = state.logprobs.repeat(n_groups, 1)  # predicts each response's first token
+    return hidden, state.logprobs.index_select(0, index)
+
+
+@torch.no_grad()
+def logprobs_from_prefill(lm, state, groups: list[list[list[int]]]) -> list[list[np.ndarray]]:
+    """log π(y_t | x, y<t) of several responses per prompt, reusing the prompts' prefill.
+
+    `groups[g][row]` is the g-th response of prompt `row` (e.g. chosen, rejected).
+    """
+    rows = state.mask.shape[0]
+    responses = [r for group in groups for r in group]
+    hidden, first = continue_from_prefill(lm, state, [i % rows for i in range(len(responses))], responses)
     head = lm.model.get_output_embeddings()
     out: list[list[np.ndarray]] = [[] for _ in groups]
     for i, r in enumerate(responses):

@@ -64,6 +64,8 @@ class RewardBackbone:
         return [self._cache[k] for k in keys]
 
     def _forward(self, prompts, responses, batch_size) -> list[torch.Tensor]:
+        if not self.trainable:
+            return self._forward_shared_prompts(prompts, responses, batch_size)
         out = []
         backbone = decoder_stack(self.lm.model)
         for start in range(0, len(prompts), batch_size):
@@ -76,6 +78,33 @@ class RewardBackbone:
             for r in batch_r:
                 out.append(picked[offset : offset + len(r)])
                 offset += len(r)
+        return out
+
+    @torch.no_grad()
+    def _forward_shared_prompts(self, prompts, responses, batch_size) -> list[torch.Tensor]:
+        """Frozen mode: each distinct prompt is run once; its responses continue from its cache."""
+        from persalign.decoding import prefill
+        from persalign.scoring import continue_from_prefill
+
+        unique: dict[tuple, int] = {}
+        for p in prompts:
+            unique.setdefault(tuple(p), len(unique))
+        owners = [unique[tuple(p)] for p in prompts]
+        ordered = list(unique)
+        out: list[torch.Tensor | None] = [None] * len(prompts)
+        for start in range(0, len(ordered), batch_size):
+            state = prefill(self.lm, [list(p) for p in ordered[start : start + batch_size]])
+            members = [i for i, o in enumerate(owners) if start <= o < start + batch_size]
+            empty = [i for i in members if not responses[i]]
+            members = [i for i in members if responses[i]]
+            for i in empty:
+                out[i] = torch.zeros((0, self.hidden_size))
+            if not members:
+                continue
+            hidden, _ = continue_from_prefill(self.lm, state, [owners[i] - start for i in members],
+                                              [responses[i] for i in members])
+            for row, i in enumerate(members):
+                out[i] = hidden[row, : len(responses[i])].float().cpu()
         return out
 
     def _save(self) -> None:
