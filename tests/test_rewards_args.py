@@ -204,3 +204,18 @@ def test_lora_training_changes_adapters_and_leaves_base_weights(tmp_path):
         assert torch.equal(v, base_before[k]), k
     changed = [k for k, v in lm.model.named_parameters() if "lora_" in k and not torch.equal(v, lora_before[k])]
     assert changed
+
+
+@pytest.mark.parametrize("name", ["global_rm", "global_rm_v2"])
+def test_save_and_load_give_identical_rewards_without_pickle(tiny_lm, tmp_path, name):
+    method = random_method(name, tiny_lm.model.config.hidden_size)
+    method.add_user("alice")
+    method.save(tmp_path / "m")
+    assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["head.json", "head.safetensors"]
+    loaded = METHODS.get(name).load(tmp_path / "m")
+    states = torch.randn(2, 5, tiny_lm.model.config.hidden_size)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    users = method.user_ids(["alice", "bob"])
+    with torch.no_grad():
+        assert torch.equal(method.prefix_rewards(states, mask, users), loaded.prefix_rewards(states, mask, users))
+    assert loaded.users == method.users

@@ -24,6 +24,7 @@ How it is made fast:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -73,15 +74,20 @@ def keep_chosen(cache, past: int, choice: torch.Tensor) -> None:
     for layer in cache.layers:
         for name in ("keys", "values"):
             tensor = getattr(layer, name)
-            chosen = tensor[rows, :, past + choice]  # (rows, heads, dim)
-            setattr(layer, name, torch.cat([tensor[:, :, :past], chosen[:, :, None]], dim=2))
+            tensor[:, :, past] = tensor[rows, :, past + choice]  # (rows, heads, dim); no copy of the prefix
+            setattr(layer, name, tensor[:, :, : past + 1])
 
 
 @torch.no_grad()
 def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float, top_k: int,
-                max_new_tokens: int, trace: list | None = None) -> list[list[int]]:
-    """ARGS-decode every prompt; returns new token ids per row. `trace` collects (candidates, rewards) per step."""
+                max_new_tokens: int, trace: list | None = None, stats: dict | None = None) -> list[list[int]]:
+    """ARGS-decode every prompt; returns new token ids per row.
+
+    `trace` collects (candidates, candidate prefix rewards) per step; `stats`
+    receives prefill seconds, decode seconds and the number of steps.
+    """
     check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
+    started = time.perf_counter()
     shared = guide.lm.model is policy.model
     ids, mask, positions = left_pad(prompts, policy.tokenizer.pad_token_id, policy.device)
     out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
@@ -98,6 +104,8 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
     rows = RowTracker(policy.tokenizer, logprobs.shape[-1], len(prompts), policy.device)
     next_pos = positions[:, -1] + 1
     head = policy.model.get_output_embeddings()
+    prefilled = time.perf_counter()
+    step = 0
     for step in range(max_new_tokens):
         top_logprobs, candidates = logprobs.topk(top_k, dim=-1)
         past = mask.shape[1]
@@ -122,6 +130,8 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
                                past_key_values=policy_cache, use_cache=True)
             logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
         next_pos = next_pos + 1
+    if stats is not None:
+        stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1)
     return rows.generated
 
 

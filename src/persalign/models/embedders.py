@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from persalign.errors import ModelLoadError
 from persalign.registry import EMBEDDERS, MODELS, register_embedder
@@ -64,7 +65,9 @@ class TransformerEmbedder:
     @torch.no_grad()
     def encode(self, texts: list[str]) -> np.ndarray:
         chunks = []
-        for start in range(0, len(texts), self.batch_size):
+        starts = range(0, len(texts), self.batch_size)
+        for start in tqdm(starts, desc=f"embedding with {self.key}", unit="batch", leave=False,
+                          disable=len(starts) < 8):
             batch = self.tokenizer(
                 texts[start : start + self.batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
             ).to(self.device)

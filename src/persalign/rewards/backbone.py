@@ -18,6 +18,7 @@ import hashlib
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 from safetensors.torch import load_file, save_file
 
 from persalign.models.loading import decoder_stack
@@ -92,7 +93,9 @@ class RewardBackbone:
         owners = [unique[tuple(p)] for p in prompts]
         ordered = list(unique)
         out: list[torch.Tensor | None] = [None] * len(prompts)
-        for start in range(0, len(ordered), batch_size):
+        starts = range(0, len(ordered), batch_size)
+        for start in tqdm(starts, desc=f"reward features ({self.key})", unit="batch", leave=False,
+                          disable=len(starts) < 4):
             state = prefill(self.lm, [list(p) for p in ordered[start : start + batch_size]])
             members = [i for i, o in enumerate(owners) if start <= o < start + batch_size]
             empty = [i for i in members if not responses[i]]

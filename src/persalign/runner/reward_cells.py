@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from persalign.args_decoding import RewardGuide, args_decode
 from persalign.decoding import clean_generation, generate_texts
@@ -133,7 +134,7 @@ def choose_lambda(args_config, trained, policy, formatter, dataset, split, metri
     references = [r.reference for r in references][:: max(1, len(references) // max(1, len(val)))][: len(val)]
     rouge = metrics_by_name["rouge"]
     objective, rouge_curve, inv_ppl_curve = [], [], []
-    for lam, acc in zip(grid, accuracy):
+    for lam, acc in tqdm(list(zip(grid, accuracy)), desc="choosing λ (ARGS on validation)", leave=False):
         guide = RewardGuide(trained.backbone.lm, trained.method, val.users)
         rows = []
         for start in range(0, len(val), batch_size):

@@ -1,0 +1,158 @@
+"""ARGS decoding speed: greedy vs ARGS (k=10), batch 1 and 16, vs the reference design and the floor.
+
+Policy: SmolLM2-135M-Instruct. Reward models: (a) a separate LoRA RM on the
+same backbone (its own model instance), (b) the shared frozen backbone (the
+policy itself + a head). Prompts: zero-shot prompts of news_category query
+items. Measured in one run:
+
+- tokens/s and prompts/s of greedy and of ARGS, batch 1 (prompts one at a
+  time) and batch 16;
+- the reference ARGS design re-implemented faithfully: one prompt at a time,
+  the prompt prefilled k times into the RM, the RM cache copied k times every
+  step, no EOS stop (same prompts, same max length);
+- the floor: one policy decode step + one RM forward of k candidate tokens on
+  a cached prefix, batch-matched: what any ARGS must pay per step.
+
+    python benchmarks/bench_args.py            # 16 prompts, 24 new tokens
+    python benchmarks/bench_args.py --quick    # 4 prompts, 12 new tokens
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import statistics
+import time
+
+import torch
+
+from common import emit, machine, news_query_pairs, peak_memory_mib
+from persalign.args_decoding import RewardGuide, args_decode, tree_forward
+from persalign.decoding import decode, extend_mask, greedy, prefill
+from persalign.models.loading import decoder_stack, load_causal_lm
+from persalign.prompts import PromptFormatter
+from persalign.registry import METHODS
+from persalign.rewards.lora import attach_lora
+from persalign.rewards.method import MethodSettings
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def run_batches(fn, prompts, batch):
+    outputs, seconds, stats = [], 0.0, []
+    for start in range(0, len(prompts), batch):
+        st = {}
+        out, sec = timed(lambda: fn(prompts[start : start + batch], st))
+        outputs += out
+        seconds += sec
+        stats.append(st)
+    tokens = sum(len(o) for o in outputs)
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
+            "prompts_per_s": len(prompts) / seconds, "stats": stats}
+
+
+@torch.no_grad()
+def reference_args(policy, rm, method, prompt, lam, k, max_new_tokens):
+    """The reference design: batch 1, prompt prefilled k times into the RM, RM cache copied k times a step."""
+    ids = torch.tensor([prompt])
+    out = policy.model(input_ids=ids, use_cache=True)
+    logprobs = torch.log_softmax(out.logits[:, -1].float(), -1)
+    stack = decoder_stack(rm.model)
+    rm_cache = stack(input_ids=ids.repeat(k, 1), use_cache=True).past_key_values
+    users = method.user_ids(["u"] * k)
+    generated = []
+    for _ in range(max_new_tokens):  # no EOS stop
+        top, cand = logprobs.topk(k, -1)
+        step_cache = copy.deepcopy(rm_cache)
+        hidden = stack(input_ids=cand.T, past_key_values=step_cache, use_cache=True).last_hidden_state
+        rewards = method.token_rewards(hidden.float(), users)[:, -1]
+        choice = int((top[0] + lam * rewards).argmax())
+        token = cand[:, choice : choice + 1]
+        for layer in step_cache.layers:
+            layer.keys = layer.keys[choice : choice + 1].repeat(k, 1, 1, 1)
+            layer.values = layer.values[choice : choice + 1].repeat(k, 1, 1, 1)
+        rm_cache = step_cache
+        generated.append(int(token))
+        out = policy.model(input_ids=token, past_key_values=out.past_key_values, use_cache=True)
+        logprobs = torch.log_softmax(out.logits[:, -1].float(), -1)
+    return generated
+
+
+@torch.no_grad()
+def floor_step(policy, rm, prompts, k, reps=5):
+    """Median seconds of one policy decode step + one RM k-candidate forward on a cached prefix."""
+    times = []
+    for _ in range(reps):
+        p_state, r_state = prefill(policy, prompts), prefill(rm, prompts)
+        tokens = p_state.logprobs.argmax(-1)
+        candidates = p_state.logprobs.topk(k, -1).indices
+        next_pos = p_state.positions[:, -1] + 1
+        start = time.perf_counter()
+        policy.model(input_ids=tokens[:, None], attention_mask=extend_mask(p_state.mask), position_ids=next_pos[:, None],
+                     past_key_values=p_state.cache, use_cache=True)
+        tree_forward(decoder_stack(rm.model), r_state.cache, r_state.mask, next_pos, candidates)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="4 prompts, 12 new tokens")
+    parser.add_argument("--k", type=int, default=10, help="ARGS top-k")
+    parser.add_argument("--lam", type=float, default=1.0, help="ARGS λ")
+    args = parser.parse_args()
+    n, max_new = (4, 12) if args.quick else (16, 24)
+    torch.manual_seed(0)
+    _, _, pairs = news_query_pairs(n)
+    policy = load_causal_lm("smollm2-135m-instruct")
+    formatter = PromptFormatter(policy.tokenizer, "headline")
+    prompts = [formatter.prompt_ids(p.prompt) for p in pairs]
+    lora_rm = attach_lora(load_causal_lm("smollm2-135m-instruct"), 8, 16)
+    lora_rm.model.eval()
+    method = METHODS.get("global_rm")(policy.model.config.hidden_size, MethodSettings(seed=0)).eval()
+    with torch.no_grad():
+        method.head.linear.weight.normal_(0, 0.05)
+    rms = {"lora_rm": lora_rm, "shared": policy}
+    result = {"benchmark": "args", "prompts": n, "max_new_tokens": max_new, "k": args.k, "machine": machine()}
+    for batch in (1, n):
+        key = f"batch{batch}"
+        result[f"greedy_{key}"] = run_batches(lambda ps, st: decode(policy, ps, greedy, max_new), prompts, batch)
+        for name, rm in rms.items():
+            def guided(ps, st, rm=rm):
+                guide = RewardGuide(rm, method, ["u"] * len(ps))
+                return args_decode(policy, guide, ps, args.lam, args.k, max_new, stats=st)
+            measured = run_batches(guided, prompts, batch)
+            steps = sum(s["steps"] for s in measured["stats"])
+            measured["decode_s_per_step"] = sum(s["decode_s"] for s in measured["stats"]) / steps
+            floor = statistics.mean(floor_step(policy, rm, prompts[i : i + batch], args.k)
+                                    for i in range(0, n, batch)) if batch == n else \
+                floor_step(policy, rm, prompts[:1], args.k)
+            measured["floor_s_per_step"] = floor
+            measured["per_step_over_floor"] = measured["decode_s_per_step"] / floor
+            measured["over_greedy_time"] = measured["seconds"] / result[f"greedy_{key}"]["seconds"]
+            del measured["stats"]
+            result[f"args_{name}_{key}"] = measured
+        del result[f"greedy_{key}"]["stats"]
+    reference = run_batches(lambda ps, st: [reference_args(policy, lora_rm, method, p, args.lam, args.k, max_new)
+                                           for p in ps], prompts, 1)
+    del reference["stats"]
+    result["reference_lora_rm"] = reference
+    for name in rms:
+        for batch in (1, n):
+            mine = result[f"args_{name}_batch{batch}"]
+            mine["prompts_per_s_over_reference"] = mine["prompts_per_s"] / reference["prompts_per_s"]
+    result["peak_memory_mib"] = peak_memory_mib()
+    for key, value in result.items():
+        if isinstance(value, dict) and "seconds" in value:
+            extra = "".join(f", {k} {value[k]:.2f}" for k in ("per_step_over_floor", "prompts_per_s_over_reference",
+                                                               "over_greedy_time") if k in value)
+            print(f"{key:28s} {value['tokens_per_s']:7.1f} tok/s {value['prompts_per_s']:6.2f} prompts/s{extra}")
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
