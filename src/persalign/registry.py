@@ -78,6 +78,9 @@ _BUILTIN_MODULES = (
     "persalign.decoders.icl",
     "persalign.metrics.generation",
     "persalign.rewards.global_rm",
+    "persalign.rewards.lore",
+    "persalign.rewards.pref",
+    "persalign.rewards.mpu",
 )
 _loaded = False
 

@@ -43,6 +43,13 @@ class MethodSettings:
     seed: int = 0
 
 
+def _only_row(grad: torch.Tensor, row: int) -> torch.Tensor:
+    """Zero every user's gradient but one: Adam then leaves the other rows exactly as they were."""
+    masked = torch.zeros_like(grad)
+    masked[row] = grad[row]
+    return masked
+
+
 class RewardMethod(nn.Module):
     name = "base"
     display = "Base"
@@ -61,15 +68,26 @@ class RewardMethod(nn.Module):
         raise NotImplementedError
 
     def shared_parameters(self) -> list[nn.Parameter]:
-        return list(self.head.parameters())
+        tables = {id(t) for t in self.user_tables().values()}
+        return [p for p in self.head.parameters() if id(p) not in tables]
 
-    def user_parameters(self, user_index: int) -> list[nn.Parameter]:
-        return []
+    def user_tables(self) -> dict[str, nn.Parameter]:
+        """Per-user parameters z_k: head parameters whose first dimension indexes users."""
+        return {}
+
+    def new_user_row(self, name: str, table: torch.Tensor) -> torch.Tensor:
+        """Initial parameters of a new user in table `name` (default zeros)."""
+        return torch.zeros_like(table[0])
 
     def add_user(self, user: str) -> int:
-        """Register a user (personalized heads grow their user tables here)."""
-        if user not in self.users:
-            self.users[user] = len(self.users)
+        """Register a user; personalized heads get a new row in each user table."""
+        if user in self.users:
+            return self.users[user]
+        self.users[user] = len(self.users)
+        for name, table in self.user_tables().items():
+            with torch.no_grad():
+                grown = torch.cat([table.data, self.new_user_row(name, table.data)[None]])
+            setattr(self.head, name, nn.Parameter(grown))
         return self.users[user]
 
     # --- rewards ----------------------------------------------------------------------------
@@ -95,28 +113,39 @@ class RewardMethod(nn.Module):
             self.add_user(user)
         s = self.settings
         groups = [{"params": self.shared_parameters(), "lr": s.head_lr, "weight_decay": s.weight_decay}]
-        user_params = [p for i in range(len(self.users)) for p in self.user_parameters(i)]
-        if user_params:
-            groups.append({"params": user_params, "lr": s.user_lr, "weight_decay": 0.0})
+        if self.user_tables():
+            user_group = {"params": list(self.user_tables().values()), "lr": s.user_lr, "weight_decay": 0.0}
+            groups = [user_group] + groups if self.alternate else groups + [user_group]
         if backbone.trainable:
             groups.append({"params": [p for p in backbone.lm.model.parameters() if p.requires_grad],
                            "lr": s.backbone_lr, "weight_decay": 0.0})
         return train_pairs(self, backbone, train, val, groups, epochs=s.epochs, batch_size=s.batch_size,
                            patience=s.patience, seed=s.seed, max_steps=s.max_steps,
-                           loss_fn=self.loss, on_step=self.after_step)
+                           loss_fn=self.loss, on_step=self.after_step, alternate=self.alternate)
 
     def adapt(self, backbone, user: str, support: PairData) -> TrainLog | None:
-        """Fit only this user's parameters on their support pairs (θ frozen)."""
+        """z_k = A(D_support, θ): fit only this user's rows of the user tables (θ frozen)."""
         index = self.add_user(user)
-        params = self.user_parameters(index)
-        if not params or len(support) == 0:
+        tables = list(self.user_tables().values())
+        if not tables or len(support) == 0:
             return None
-        s = self.settings
-        return train_pairs(self, backbone, support, None, [{"params": params, "lr": s.user_lr, "weight_decay": 0.0}],
-                           epochs=s.adapt_epochs, batch_size=s.batch_size, patience=s.adapt_epochs, seed=s.seed,
-                           loss_fn=self.loss, on_step=self.after_step)
+        shared = self.shared_parameters()
+        for p in shared:
+            p.requires_grad_(False)
+        hooks = [t.register_hook(lambda grad, i=index: _only_row(grad, i)) for t in tables]
+        try:
+            s = self.settings
+            return train_pairs(self, backbone, support, None, [{"params": tables, "lr": s.user_lr, "weight_decay": 0.0}],
+                               epochs=s.adapt_epochs, batch_size=s.batch_size, patience=s.adapt_epochs, seed=s.seed,
+                               loss_fn=self.loss, on_step=self.after_step)
+        finally:
+            for hook in hooks:
+                hook.remove()
+            for p in shared:
+                p.requires_grad_(True)
 
-    loss = None  # a method may set loss(self, r_w, r_l, step); default Bradley-Terry
+    loss = None  # a method may define loss(self, r_w, r_l, step); default Bradley-Terry
+    alternate = False  # LoRE-Alt: alternate user-weight and shared steps
 
     def after_step(self) -> None:
         """Hook after each optimiser step (e.g. keep simplex weights valid)."""

@@ -72,10 +72,15 @@ def evaluate_pairs(method, backbone, data: PairData, batch_size: int = 256) -> d
 
 def train_pairs(method, backbone, data: PairData, val: PairData | None, parameter_groups: list[dict], *,
                 epochs: int, batch_size: int, patience: int, seed: int, max_steps: int | None = None,
-                loss_fn=None, on_step=None) -> TrainLog:
-    """Minimise the BT loss (or `loss_fn(r_w, r_l, step)`) with AdamW; early-stop on val accuracy."""
+                loss_fn=None, on_step=None, alternate: bool = False) -> TrainLog:
+    """Minimise the BT loss (or `loss_fn(r_w, r_l, step)`) with AdamW; early-stop on val accuracy.
+
+    `alternate`: each parameter group is its own phase; every minibatch takes
+    one step per phase in turn, the other phases frozen (LoRE-Alt).
+    """
+    parameter_groups = [g for g in parameter_groups if g["params"]]
     params = [p for group in parameter_groups for p in group["params"]]
-    optimizer = torch.optim.AdamW(parameter_groups)
+    phases = [torch.optim.AdamW([g]) for g in parameter_groups] if alternate else [torch.optim.AdamW(parameter_groups)]
     generator = torch.Generator().manual_seed(seed)
     log, best_state, stale = TrainLog(), None, 0
     best = -math.inf
@@ -85,17 +90,19 @@ def train_pairs(method, backbone, data: PairData, val: PairData | None, paramete
         totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
         for start in range(0, len(order), batch_size):
             index = order[start : start + batch_size]
-            r_w, r_l = pair_rewards(method, backbone, data, index)
-            loss = loss_fn(r_w, r_l, log.steps) if loss_fn else bradley_terry_loss(r_w, r_l)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            if on_step:
-                on_step()
+            for optimizer in phases:
+                r_w, r_l = pair_rewards(method, backbone, data, index)
+                loss = loss_fn(r_w, r_l, log.steps) if loss_fn else bradley_terry_loss(r_w, r_l)
+                for other in phases:
+                    other.zero_grad()
+                loss.backward()
+                optimizer.step()
+                if on_step:
+                    on_step()
             log.steps += 1
             totals["loss"] += float(loss.detach()) * len(index)
             totals["accuracy"] += float((r_w > r_l).float().sum()) * 100
-            totals["margin"] += float((r_w - r_l).sum())
+            totals["margin"] += float((r_w - r_l).detach().sum())
             if max_steps and log.steps >= max_steps:
                 break
         method.eval()

@@ -36,6 +36,7 @@ def method_settings(method_cls, method_config, reward_config, seed: int) -> Meth
         head_lr=method_config.head_lr or getattr(method_cls, "default_head_lr", defaults.head_lr),
         user_lr=method_config.user_lr or getattr(method_cls, "default_user_lr", defaults.user_lr),
         latent_dim=method_config.latent_dim or getattr(method_cls, "default_latent_dim", defaults.latent_dim),
+        weight_decay=getattr(method_cls, "default_weight_decay", defaults.weight_decay),
         batch_size=reward_config.batch_size, epochs=reward_config.epochs, patience=reward_config.patience,
         adapt_epochs=reward_config.adapt_epochs, max_steps=reward_config.max_steps,
         backbone_lr=reward_config.backbone_lr, seed=seed,
@@ -84,6 +85,7 @@ def train_or_load(method_config, label, seed, config, dataset, split, backbone, 
         method.adapt(backbone, user, pair_data(dataset, split.support, formatter, [user]))
     adapt_s = time.perf_counter() - start
     info = {"features_s": features_s, "fit_s": fit_s, "adapt_s": adapt_s, "epochs": fit_log.epochs,
+            "init": getattr(method, "init_note", None),
             "steps": fit_log.steps, "best_val_accuracy": fit_log.best_val_accuracy,
             "settings": settings.__dict__, "history": fit_log.history}
     method.save(model_dir)
