@@ -116,3 +116,14 @@ def test_cli_list_shows_every_registry(capsys):
     for name in ["news_category", "lamp", "demo", "zero_shot", "icl_rag", "rouge", "bertscore",
                  "smollm2-135m-instruct", "minilm-l6", "tiny-llama"]:
         assert name in out
+
+
+def test_a_run_can_be_extended_with_more_cells(tmp_path, cache_dir, monkeypatch):
+    run(tiny_config("decoders=[{name: zero_shot}]"), tmp_path / "r", log=lambda *_: None)
+    before = metrics_without_timing(RunStore(tmp_path / "r"))
+    messages = []
+    store = run(tiny_config("decoders=[{name: zero_shot}, {name: icl, shots: 2}]"), tmp_path / "r",
+                log=messages.append)
+    assert "1 already complete" in messages[0]
+    after = metrics_without_timing(store)
+    assert len(after) == 3 and before[0] in after

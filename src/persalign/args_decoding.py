@@ -10,7 +10,8 @@ so ARGS's candidate reward equals the teacher-forced prefix reward of the
 same tokens (a test checks this).
 
 How it is made fast:
-- batched over prompts; each row stops at its own EOS / end of line;
+- batched over prompts; each row stops at its own EOS / end of line, and
+  finished rows leave the batch (their caches are dropped);
 - the RM keeps a KV cache of x, y<t; the k candidates are scored in ONE
   forward of k tokens on that cache with a "tree" attention mask (each
   candidate sees the prefix and itself), so the prefix is never copied k
@@ -78,6 +79,12 @@ def keep_chosen(cache, past: int, choice: torch.Tensor) -> None:
             setattr(layer, name, tensor[:, :, : past + 1])
 
 
+def select_rows(cache, index: torch.Tensor) -> None:
+    for layer in cache.layers:
+        layer.keys = layer.keys.index_select(0, index)
+        layer.values = layer.values.index_select(0, index)
+
+
 @torch.no_grad()
 def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float, top_k: int,
                 max_new_tokens: int, trace: list | None = None, stats: dict | None = None) -> list[list[int]]:
@@ -99,9 +106,10 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
     else:
         rm_cache = rm_backbone(input_ids=ids.to(guide.lm.device), attention_mask=mask.to(guide.lm.device),
                                position_ids=positions.to(guide.lm.device), use_cache=True).past_key_values
-    users = guide.method.user_ids(guide.users)
+    users = guide.method.user_ids(guide.users).to(policy.device)
     pool = PoolingState.empty(len(prompts), policy.device)
     rows = RowTracker(policy.tokenizer, logprobs.shape[-1], len(prompts), policy.device)
+    live = torch.arange(len(prompts), device=policy.device)  # original row of each batch row
     next_pos = positions[:, -1] + 1
     head = policy.model.get_output_embeddings()
     prefilled = time.perf_counter()
@@ -111,25 +119,35 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
         past = mask.shape[1]
         states = tree_forward(rm_backbone, rm_cache, mask, next_pos, candidates)
         rewards = guide.method.token_rewards(states.float(), users)  # (rows, k)
-        scores = top_logprobs + lam * pool.extend(rewards, guide.method.pooling)
-        choice = scores.argmax(dim=-1)
+        candidate_prefix = pool.extend(rewards, guide.method.pooling)
+        choice = (top_logprobs + lam * candidate_prefix).argmax(dim=-1)
         if trace is not None:
-            trace.append((candidates.clone(), pool.extend(rewards, guide.method.pooling).clone()))
+            full = torch.zeros((len(prompts), top_k), dtype=candidates.dtype, device=candidates.device)
+            full_rewards = torch.zeros((len(prompts), top_k), device=candidates.device)
+            full[live], full_rewards[live] = candidates, candidate_prefix
+            trace.append((full, full_rewards))
         pool.commit(rewards.gather(1, choice[:, None]).squeeze(1))
         keep_chosen(rm_cache, past, choice)
-        tokens = rows.push(candidates.gather(1, choice[:, None]).squeeze(1))
+        tokens = rows.push(candidates.gather(1, choice[:, None]).squeeze(1), live)
         if rows.done or step == max_new_tokens - 1:
             break
         mask = extend_mask(mask)
         if shared:
             # The chosen candidate's state is the policy's state after that token: next logits for free.
-            chosen_states = states[torch.arange(len(prompts)), choice]
+            chosen_states = states[torch.arange(len(live), device=states.device), choice]
             logprobs = torch.log_softmax(head(chosen_states).float(), dim=-1)
         else:
             out = policy.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
                                past_key_values=policy_cache, use_cache=True)
             logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
         next_pos = next_pos + 1
+        keep = ~rows.finished[live]
+        if not bool(keep.all()):  # drop finished rows: later steps cost only what is still being written
+            index = torch.nonzero(keep).flatten()
+            for cache in {id(policy_cache): policy_cache, id(rm_cache): rm_cache}.values():
+                select_rows(cache, index)
+            live, mask, next_pos, logprobs, users = live[index], mask[index], next_pos[index], logprobs[index], users[index]
+            pool = PoolingState(pool.total[index], pool.count[index])
     if stats is not None:
         stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1)
     return rows.generated

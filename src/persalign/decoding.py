@@ -67,14 +67,17 @@ class RowTracker:
         self.finished = torch.zeros(rows, dtype=torch.bool, device=device)
         self.has_text = torch.zeros(rows, dtype=torch.bool, device=device)
 
-    def push(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Record one token per row; returns the tokens to feed next (pad for finished rows)."""
-        ends = self.stop[tokens] | (self.newline[tokens] & self.has_text)
-        for row in torch.nonzero(~self.finished & ~ends).flatten().tolist():
-            self.generated[row].append(int(tokens[row]))
-        self.finished |= ends
-        self.has_text |= ~self.blank[tokens]
-        return torch.where(self.finished, torch.full_like(tokens, self.pad_id), tokens)
+    def push(self, tokens: torch.Tensor, rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Record one token for each of `rows` (default: all); returns the tokens to feed next
+        (pad for finished rows)."""
+        rows = torch.arange(len(self.generated), device=tokens.device) if rows is None else rows
+        finished, has_text = self.finished[rows], self.has_text[rows]
+        ends = self.stop[tokens] | (self.newline[tokens] & has_text)
+        for i in torch.nonzero(~finished & ~ends).flatten().tolist():
+            self.generated[int(rows[i])].append(int(tokens[i]))
+        self.finished[rows] = finished | ends
+        self.has_text[rows] = has_text | ~self.blank[tokens]
+        return torch.where(self.finished[rows], torch.full_like(tokens, self.pad_id), tokens)
 
     @property
     def done(self) -> bool:

@@ -81,6 +81,8 @@ _BUILTIN_MODULES = (
     "persalign.rewards.lore",
     "persalign.rewards.pref",
     "persalign.rewards.mpu",
+    "persalign.rewards.pal",
+    "persalign.rewards.vpl",
 )
 _loaded = False
 

@@ -119,6 +119,15 @@ class RewardBackbone:
         tmp.replace(self.cache_path)
 
 
+def weights_fingerprint(model) -> str:
+    """A short hash of a model's config and a sample of its weights (cache keys must change with them)."""
+    digest = hashlib.sha1(model.config.to_json_string().encode("utf-8"))
+    for name, tensor in sorted(model.state_dict().items())[:: max(1, len(model.state_dict()) // 16)]:
+        flat = tensor.detach().flatten()
+        digest.update(name.encode() + flat[:: max(1, flat.numel() // 4096)].float().cpu().numpy().tobytes())
+    return digest.hexdigest()[:16]
+
+
 def _pair_key(prompt: list[int], response: list[int]) -> str:
     digest = hashlib.sha1(bytes(str(prompt), "ascii") + b"|" + bytes(str(response), "ascii")).hexdigest()
     return digest

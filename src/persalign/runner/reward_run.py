@@ -1,8 +1,10 @@
 """The reward-method part of `persalign run`: one ARGS cell per method × policy × seed.
 
-Trained heads (and LoRA adapters) live in RUN_DIR/models/METHOD/seed-N and
-frozen backbone features in RUN_DIR/features, so a re-run or another policy
-reuses them; the chosen λ is kept in the cell folder as lambda.json.
+Trained heads (and LoRA adapters) live in RUN_DIR/models/METHOD/seed-N; frozen
+backbone features in the cache dir (features/NAME-FINGERPRINT.safetensors,
+keyed by a fingerprint of the weights and the exact token ids), so a re-run,
+another run or another policy reuses them; the chosen λ is kept in the cell
+folder as lambda.json.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from persalign.errors import ConfigError
 from persalign.models.loading import load_causal_lm
 from persalign.prompts import PromptFormatter
 from persalign.registry import METHODS
-from persalign.rewards.backbone import RewardBackbone
+from persalign.models.aliases import default_cache_dir
+from persalign.rewards.backbone import RewardBackbone, weights_fingerprint
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
 from persalign.runner.evaluate import run_cell
 from persalign.runner.reward_cells import (
@@ -51,7 +54,8 @@ class RewardBackbones:
         if cfg.reward.mode == "frozen":
             if name not in self._frozen:
                 lm = policy_lm if name == policy_lm.name else load_causal_lm(name, cfg.device, cfg.dtype, cfg.cache_dir)
-                self._frozen[name] = RewardBackbone(lm, f"{slug}-{task}", self.store.root / "features")
+                key = f"{slug}-{weights_fingerprint(lm.model)}"  # token ids in the keys fix the prompt format
+                self._frozen[name] = RewardBackbone(lm, key, default_cache_dir(cfg.cache_dir))
             backbone = self._frozen[name]
         else:
             base = load_causal_lm(name, cfg.device, cfg.dtype, cfg.cache_dir)

@@ -45,22 +45,37 @@ def _atomic_write(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
+CELL_AXES = ("policies", "decoders", "methods", "seeds")
+
+
+def extends(old: dict, new: dict) -> bool:
+    """True if `new` keeps every setting of `old` and only adds entries to the cell axes."""
+    same_rest = {k: v for k, v in old.items() if k not in CELL_AXES} == \
+        {k: v for k, v in new.items() if k not in CELL_AXES}
+    return same_rest and all(entry in new.get(axis, []) for axis in CELL_AXES for entry in old.get(axis, []))
+
+
 class RunStore:
     def __init__(self, root: str | Path):
         self.root = Path(root)
 
     def prepare(self, config: dict, provenance: dict) -> None:
-        """Create the run dir, or check that an existing one was made by the same config."""
+        """Create the run dir, or check that an existing one was made by the same config.
+
+        A config that only adds cells (more policies, decoders, methods or seeds;
+        everything else unchanged) extends the run: finished cells stay valid.
+        """
         config_path = self.root / "config.yaml"
         text = yaml.safe_dump(config, sort_keys=False)
         if config_path.exists():
-            if yaml.safe_load(config_path.read_text()) != yaml.safe_load(text):
+            old = yaml.safe_load(config_path.read_text())
+            new = yaml.safe_load(text)
+            if old != new and not extends(old, new):
                 raise ConfigError(
-                    f"{self.root} holds results of a different config; "
-                    "re-run with the same config to resume, or choose another output folder (-o)"
+                    f"{self.root} holds results of a different config; re-run with the same config to resume "
+                    "(adding policies, decoders, methods or seeds is allowed), or choose another output folder (-o)"
                 )
-        else:
-            _atomic_write(config_path, text)
+        _atomic_write(config_path, text)
         history = self.root / "provenance.json"
         runs = json.loads(history.read_text())["runs"] if history.exists() else []
         _atomic_write(history, json.dumps({"runs": runs + [provenance]}, indent=2))
