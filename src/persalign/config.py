@@ -89,7 +89,7 @@ class RewardConfig:
     batch_size: int = 32
     epochs: int = 200
     patience: int = 20
-    adapt_epochs: int = 100
+    adapt_epochs: int | None = None  # None: the method's default (100; PAL 500)
     max_steps: int | None = None  # cap on training steps (LoRA on CPU)
     backbone_lr: float = 5e-5
     lora_rank: int = 8

@@ -10,7 +10,8 @@ ideal-point model). A new user fits only its mixture weights.
 Unlike the paper (which could not run PAL under ARGS), the reward is read
 per position like every head here, so policy accuracy and ARGS work for PAL.
 Defaults (appendix F): latent dim 8 (PRISM/LaMP), 2 (TL;DR); projector LR
-1e-4 with weight decay 0.01; user weights LR 5e-3.
+1e-4 with weight decay 0.01; user weights LR 5e-3 (500 adaptation steps: at
+that LR, 100 steps cannot move a new user's mixture far from uniform).
 
     persalign run configs/news_category.yaml methods='[{name: pal}]'
 """
@@ -49,6 +50,7 @@ class PAL(RewardMethod):
     name, display, personalized = "pal", "PAL", True
     default_head_lr, default_user_lr, default_latent_dim = 1e-4, 5e-3, 8
     default_weight_decay = 0.01
+    default_adapt_epochs = 500  # mixture weights at the paper's LR 5e-3 need more steps than 100 to move
 
     def make_head(self) -> nn.Module:
         return PalHead(self.hidden_size, self.settings.latent_dim, torch.Generator().manual_seed(self.settings.seed))

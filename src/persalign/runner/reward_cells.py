@@ -38,7 +38,8 @@ def method_settings(method_cls, method_config, reward_config, seed: int) -> Meth
         latent_dim=method_config.latent_dim or getattr(method_cls, "default_latent_dim", defaults.latent_dim),
         weight_decay=getattr(method_cls, "default_weight_decay", defaults.weight_decay),
         batch_size=reward_config.batch_size, epochs=reward_config.epochs, patience=reward_config.patience,
-        adapt_epochs=reward_config.adapt_epochs, max_steps=reward_config.max_steps,
+        adapt_epochs=reward_config.adapt_epochs or getattr(method_cls, "default_adapt_epochs", defaults.adapt_epochs),
+        max_steps=reward_config.max_steps,
         backbone_lr=reward_config.backbone_lr, seed=seed,
     )
 
@@ -107,12 +108,19 @@ def sequence_and_prefix_sums(trained: TrainedReward, users, prompts, responses) 
     return sequence.numpy(), prefix.sum(-1).numpy()
 
 
-def logprob_sums(policy, prompts, responses, batch_size) -> np.ndarray:
-    return np.array([float(lp.sum()) for lp in response_logprobs(policy, prompts, responses, batch_size)])
+def logprob_sums(policy, prompts, responses, batch_size, memo: dict | None = None) -> np.ndarray:
+    """Σ_t log π(y_t | x, y<t); `memo` keeps them across cells (the same for every method and seed)."""
+    memo = {} if memo is None else memo
+    keys = [(policy.name, tuple(p), tuple(r)) for p, r in zip(prompts, responses)]
+    todo = list({k: i for i, k in enumerate(keys) if k not in memo}.values())  # one index per new key
+    if todo:
+        computed = response_logprobs(policy, [prompts[i] for i in todo], [responses[i] for i in todo], batch_size)
+        memo.update({keys[i]: float(lp.sum()) for i, lp in zip(todo, computed)})
+    return np.array([memo[k] for k in keys])
 
 
 def choose_lambda(args_config, trained, policy, formatter, dataset, split, metrics_by_name, has_completions,
-                  batch_size, max_new_tokens) -> dict:
+                  batch_size, max_new_tokens, memo: dict | None = None) -> dict:
     """Appendix F.2: returns {'lambda', 'rule', 'curve'}."""
     grid = list(args_config.lambdas)
     rule = args_config.selection
@@ -124,8 +132,8 @@ def choose_lambda(args_config, trained, policy, formatter, dataset, split, metri
     if rule == "harmonic":
         step = max(1, len(val) // max(1, args_config.validation_size))
         val = val.subset(list(range(0, len(val), step))[: args_config.validation_size])
-    lp_w = logprob_sums(policy, val.prompts, val.chosen, batch_size)
-    lp_l = logprob_sums(policy, val.prompts, val.rejected, batch_size)
+    lp_w = logprob_sums(policy, val.prompts, val.chosen, batch_size, memo)
+    lp_l = logprob_sums(policy, val.prompts, val.rejected, batch_size, memo)
     _, r_w = sequence_and_prefix_sums(trained, val.users, val.prompts, val.chosen)
     _, r_l = sequence_and_prefix_sums(trained, val.users, val.prompts, val.rejected)
     accuracy = policy_accuracy_curve(lp_w, lp_l, r_w, r_l, grid)
@@ -169,6 +177,7 @@ class RewardCellJob:
     batch_size: int
     max_new_tokens: int
     zero_shot: dict  # example id -> zero-shot generation (for the win rate)
+    logprob_memo: dict = field(default_factory=dict)  # shared by every cell of a policy
 
 
 def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[list[dict], dict]:
@@ -184,7 +193,7 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
     start = time.perf_counter()
     chosen = [job.formatter.response_ids(ex.comparison.chosen) for ex in batch]
     rejected = [job.formatter.response_ids(ex.comparison.rejected) for ex in batch]
-    lp = logprob_sums(job.policy, prompts + prompts, chosen + rejected, job.batch_size)
+    lp = logprob_sums(job.policy, prompts + prompts, chosen + rejected, job.batch_size, job.logprob_memo)
     seq, prefix_sum = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2, chosen + rejected)
     zero_shot = [job.zero_shot[ex.id] for ex in batch]
     gen_seq, _ = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2,

@@ -79,7 +79,7 @@ def run_reward_cells(config, store, dataset, split, examples, policy_lm, policy_
         from persalign.metrics.generation import RougeMetric
 
         metrics_by_name["rouge"] = RougeMetric(config.metrics)
-    zero_shot = None
+    zero_shot, memo = None, {}
     for index, (method_config, label) in enumerate(zip(config.methods, labels)):
         for seed in config.seeds:
             cell = Cell(policy_lm.name, label, seed)
@@ -98,14 +98,15 @@ def run_reward_cells(config, store, dataset, split, examples, policy_lm, policy_
             else:
                 choice = choose_lambda(config.args, trained, policy_lm, policy_formatter, dataset, split,
                                        metrics_by_name, bool(dataset.completions), config.generation.batch_size,
-                                       config.generation.max_new_tokens)
+                                       config.generation.max_new_tokens, memo)
                 lambda_path.parent.mkdir(parents=True, exist_ok=True)
                 lambda_path.write_text(json.dumps(choice, indent=2))
             if zero_shot is None:
                 zero_shot = zero_shot_generations(store, policy_lm, policy_formatter, examples,
                                                   config.generation.batch_size, config.generation.max_new_tokens)
             job = RewardCellJob(cell, trained, policy_lm, policy_formatter, choice["lambda"], config.args.top_k,
-                                metrics, config.generation.batch_size, config.generation.max_new_tokens, zero_shot)
+                                metrics, config.generation.batch_size, config.generation.max_new_tokens, zero_shot,
+                                memo)
             settings = {"decoder_name": "args", "method": method_config.name, "decoder_index": decoder_count + index,
                         "lambda": choice["lambda"], "lambda_rule": choice["rule"], "top_k": config.args.top_k,
                         "reward_mode": config.reward.mode, "training": {k: v for k, v in trained.log.items()
