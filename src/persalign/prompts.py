@@ -27,6 +27,8 @@ class TaskTemplate:
     output_label: str
 
     def turn(self, text: str) -> str:
+        if not self.instruction:  # conversational data: the user's own message
+            return text
         return f"{self.instruction} Reply with the {self.output_label.lower()} only.\n{self.input_label}: {text}"
 
 
@@ -36,6 +38,8 @@ TASKS = {
     "tweet": TaskTemplate(
         "Paraphrase the following tweet without any explanation before or after it.", "Tweet", "Paraphrase"
     ),
+    "summary": TaskTemplate("Summarize the following Reddit post.", "Post", "TL;DR"),
+    "chat": TaskTemplate("", "User", "Assistant"),  # PRISM, Personalized RewardBench
 }
 
 
@@ -45,13 +49,15 @@ def task_template(task: str) -> TaskTemplate:
     return TASKS[task]
 
 
-def chat_messages(template: TaskTemplate, query_input: str, demos: list[UserItem]) -> list[dict[str, str]]:
-    """Demonstrations as earlier turns, then the query turn."""
+def chat_messages(template: TaskTemplate, query_input: str, demos: list[UserItem],
+                  history: tuple = ()) -> list[dict[str, str]]:
+    """Demonstrations as earlier turns, then the conversation so far, then the query turn."""
     style_only = [d.output for d in demos if not d.input]
     messages = []
     for demo in (d for d in demos if d.input):
         messages += [{"role": "user", "content": template.turn(demo.input)},
                      {"role": "assistant", "content": demo.output}]
+    messages += [{"role": role, "content": text} for role, text in history]
     messages.append({"role": "user", "content": template.turn(query_input)})
     if style_only:
         history = "\n".join(f"- {text}" for text in style_only)
@@ -59,14 +65,15 @@ def chat_messages(template: TaskTemplate, query_input: str, demos: list[UserItem
     return messages
 
 
-def plain_prompt(template: TaskTemplate, query_input: str, demos: list[UserItem]) -> str:
+def plain_prompt(template: TaskTemplate, query_input: str, demos: list[UserItem], history: tuple = ()) -> str:
     """Few-shot text for models without a chat template."""
-    blocks = [template.instruction]
+    blocks = [template.instruction] if template.instruction else []
     for demo in demos:
         if demo.input:
             blocks.append(f"{template.input_label}: {demo.input}\n{template.output_label}: {demo.output}")
         else:
             blocks.append(f"{template.output_label}: {demo.output}")
+    blocks += [f"{'User' if role == 'user' else 'Assistant'}: {text}" for role, text in history]
     blocks.append(f"{template.input_label}: {query_input}\n{template.output_label}:")
     return "\n\n".join(blocks)
 
@@ -80,10 +87,10 @@ class PromptFormatter:
         self.max_prompt_tokens = max_prompt_tokens
         self.chat = bool(getattr(tokenizer, "chat_template", None))
 
-    def prompt_ids(self, query_input: str, demos: list[UserItem] = ()) -> list[int]:
+    def prompt_ids(self, query_input: str, demos: list[UserItem] = (), history: tuple = ()) -> list[int]:
         demos = list(demos)
         while True:
-            ids = self._encode(query_input, demos)
+            ids = self._encode(query_input, demos, history)
             if len(ids) <= self.max_prompt_tokens or not demos:
                 return ids
             demos.pop()
@@ -92,10 +99,10 @@ class PromptFormatter:
         # Without a chat template the response follows "Label:", so it starts with a space.
         return self.tokenizer.encode(text if self.chat else " " + text, add_special_tokens=False)
 
-    def _encode(self, query_input: str, demos: list[UserItem]) -> list[int]:
+    def _encode(self, query_input: str, demos: list[UserItem], history: tuple = ()) -> list[int]:
         if self.chat:
             ids = self.tokenizer.apply_chat_template(
-                chat_messages(self.template, query_input, demos), add_generation_prompt=True, tokenize=True
+                chat_messages(self.template, query_input, demos, history), add_generation_prompt=True, tokenize=True
             )
             return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
-        return self.tokenizer.encode(plain_prompt(self.template, query_input, demos))
+        return self.tokenizer.encode(plain_prompt(self.template, query_input, demos, history))

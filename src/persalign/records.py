@@ -23,11 +23,14 @@ class UserItem:
 
 @dataclass(frozen=True)
 class Comparison:
+    """A preference. `history` holds earlier conversation turns as (role, text) pairs (PRISM)."""
+
     id: str
     user: str
     prompt: str
     chosen: str
     rejected: str
+    history: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,8 @@ _BUILTIN_MODULES = (
     "persalign.data.news",
     "persalign.data.lamp",
     "persalign.data.builtin_demo",
+    "persalign.data.preferences",
+    "persalign.data.prism",
     "persalign.models.aliases",
     "persalign.models.embedders",
     "persalign.decoders.zero_shot",

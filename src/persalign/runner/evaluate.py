@@ -57,7 +57,8 @@ def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tup
     demos = [
         job.decoder.demos(job.context, ex.comparison.user, ex.id, ex.comparison.prompt, job.cell.seed) for ex in batch
     ]
-    prompts = [job.formatter.prompt_ids(ex.comparison.prompt, d) for ex, d in zip(batch, demos)]
+    prompts = [job.formatter.prompt_ids(ex.comparison.prompt, d, ex.comparison.history)
+               for ex, d in zip(batch, demos)]
     timings["prompts_s"] = time.perf_counter() - start
 
     start = time.perf_counter()

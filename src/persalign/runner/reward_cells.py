@@ -51,7 +51,7 @@ def pair_data(dataset, ids_by_user: dict[str, list[str]], formatter, users: list
         for pair_id in ids_by_user.get(user, []):
             c = comparisons[pair_id]
             data.users.append(user)
-            data.prompts.append(formatter.prompt_ids(c.prompt))
+            data.prompts.append(formatter.prompt_ids(c.prompt, history=c.history))
             data.chosen.append(formatter.response_ids(c.chosen))
             data.rejected.append(formatter.response_ids(c.rejected))
     return data
@@ -183,7 +183,7 @@ class RewardCellJob:
 def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[list[dict], dict]:
     timings = {"batch": batch_index}
     users = [ex.comparison.user for ex in batch]
-    prompts = [job.formatter.prompt_ids(ex.comparison.prompt) for ex in batch]
+    prompts = [job.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in batch]
     start = time.perf_counter()
     guide = RewardGuide(job.trained.backbone.lm, job.trained.method, users)
     generated = args_decode(job.policy, guide, prompts, job.lam, job.top_k, job.max_new_tokens)
@@ -240,6 +240,7 @@ def zero_shot_generations(store, policy, formatter, examples, batch_size, max_ne
     missing = [ex for ex in examples if ex.id not in found]
     for start in range(0, len(missing), batch_size):
         batch = missing[start : start + batch_size]
-        texts = generate_texts(policy, [formatter.prompt_ids(ex.comparison.prompt) for ex in batch], max_new_tokens)
+        texts = generate_texts(policy, [formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history)
+                                        for ex in batch], max_new_tokens)
         found.update({ex.id: t for ex, t in zip(batch, texts)})
     return found

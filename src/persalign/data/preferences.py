@@ -1,0 +1,110 @@
+"""Preference data sets that come as pairs: TL;DR, Personalized RewardBench, generic JSONL.
+
+- `tldr` (Stiennon et al. 2020, summarize_from_feedback "comparisons"): user =
+  `worker`; prompt = the post with its subreddit and title; chosen =
+  `summaries[choice]`. Local JSONL or `hf:openai/summarize_from_feedback`.
+- `personalized_rewardbench`: question, the user's profile (history items,
+  kept for ICL/RAG), chosen, rejected. The rubric and narrative are never
+  read. A user is identified by their profile (the same profile, the same user).
+- `preferences_jsonl`: your own pairs, one `{"user", "prompt", "chosen",
+  "rejected", "reference"?, "id"?}` a line; `reference` is the user's own text.
+
+    persalign data summary configs/tldr.yaml
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+
+from persalign.config import DataConfig
+from persalign.data.hub import iter_records
+from persalign.data.jsonio import require_text
+from persalign.errors import DataError
+from persalign.records import Comparison, Completion, PreferenceDataset, UserItem
+from persalign.registry import register_dataset
+
+
+def _need_path(config: DataConfig, what: str) -> str:
+    if not config.path:
+        raise DataError("<config>", f"data.path must name {what}")
+    return config.path
+
+
+@register_dataset("tldr")
+def load_tldr(config: DataConfig) -> PreferenceDataset:
+    """Reddit TL;DR comparisons per annotator (`worker`); JSONL or hf:openai/summarize_from_feedback."""
+    path = _need_path(config, "the TL;DR comparisons JSONL (or hf:openai/summarize_from_feedback)")
+    comparisons = []
+    for where, record in iter_records(path, default_config="comparisons"):
+        info, summaries = record.get("info"), record.get("summaries")
+        if not isinstance(info, dict):
+            raise DataError(path, "field 'info' must be an object", where)
+        if not isinstance(summaries, list) or len(summaries) != 2:
+            raise DataError(path, "field 'summaries' must hold exactly two summaries", where)
+        choice = record.get("choice")
+        if choice not in (0, 1):
+            raise DataError(path, f"field 'choice' must be 0 or 1, got {choice!r}", where)
+        texts = [require_text(s, "text", path, f"{where}, summaries[{i}]") for i, s in enumerate(summaries)]
+        post = require_text(info, "post", path, where)
+        prompt = f"SUBREDDIT: r/{info.get('subreddit') or ''}\nTITLE: {info.get('title') or ''}\nPOST: {post}"
+        worker = require_text(record, "worker", path, where)
+        comparisons.append(Comparison(f"tldr:{info.get('id', '')}:{where}", worker, prompt, texts[choice],
+                                      texts[1 - choice]))
+    if not comparisons:
+        raise DataError(path, "no comparisons found")
+    return PreferenceDataset("tldr", config.task or "summary", comparisons, notes={"pairs": len(comparisons)})
+
+
+def profile_user(profile: list) -> str:
+    """A stable user id from the ids of the profile items."""
+    key = "|".join(sorted(str(item.get("id", item.get("text", ""))) for item in profile))
+    return "user-" + hashlib.sha1(key.encode("utf-8")).hexdigest()[:10]
+
+
+@register_dataset("personalized_rewardbench")
+def load_personalized_rewardbench(config: DataConfig) -> PreferenceDataset:
+    """Personalized RewardBench: question + user profile, chosen/rejected by the user's rubric (never shown)."""
+    path = _need_path(config, "the Personalized RewardBench JSONL")
+    comparisons, profiles = [], defaultdict(dict)
+    for where, record in iter_records(path):
+        profile = record.get("profile")
+        if not isinstance(profile, list):
+            raise DataError(path, "field 'profile' must be a list", where)
+        user = profile_user(profile)
+        for j, item in enumerate(profile):
+            if not isinstance(item, dict):
+                raise DataError(path, f"profile[{j}] must be an object", where)
+            text = require_text(item, "text", path, f"{where}, profile[{j}]")
+            item_id = f"{user}/{item.get('id', j)}"
+            profiles[user][item_id] = UserItem(item_id, user, "", text)
+        comparisons.append(Comparison(
+            str(record.get("id") or f"prb:{where}"), user, require_text(record, "question", path, where),
+            require_text(record, "chosen", path, where), require_text(record, "rejected", path, where)))
+    if not comparisons:
+        raise DataError(path, "no examples found")
+    return PreferenceDataset("personalized_rewardbench", config.task or "chat", comparisons,
+                             profiles={u: list(items.values()) for u, items in profiles.items()},
+                             notes={"pairs": len(comparisons), "users": len(profiles)})
+
+
+@register_dataset("preferences_jsonl")
+def load_preferences_jsonl(config: DataConfig) -> PreferenceDataset:
+    """Your own pairs: JSONL with `user, prompt, chosen, rejected` (+ `reference`, `id`)."""
+    path = _need_path(config, "a preferences JSONL file")
+    comparisons, completions, seen = [], [], set()
+    for where, record in iter_records(path):
+        pair_id = str(record.get("id") or f"pref:{where}")
+        if pair_id in seen:
+            raise DataError(path, f"duplicate id {pair_id!r}", where)
+        seen.add(pair_id)
+        user = require_text(record, "user", path, where)
+        prompt = require_text(record, "prompt", path, where)
+        comparisons.append(Comparison(pair_id, user, prompt, require_text(record, "chosen", path, where),
+                                      require_text(record, "rejected", path, where)))
+        if record.get("reference") is not None:
+            completions.append(Completion(pair_id, user, prompt, require_text(record, "reference", path, where)))
+    if not comparisons:
+        raise DataError(path, "the file holds no records")
+    return PreferenceDataset("preferences_jsonl", config.task or "chat", comparisons, completions,
+                             notes={"pairs": len(comparisons), "with_reference": len(completions)})
