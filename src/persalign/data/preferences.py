@@ -85,7 +85,8 @@ def load_personalized_rewardbench(config: DataConfig) -> PreferenceDataset:
         raise DataError(path, "no examples found")
     return PreferenceDataset("personalized_rewardbench", config.task or "chat", comparisons,
                              profiles={u: list(items.values()) for u, items in profiles.items()},
-                             notes={"pairs": len(comparisons), "users": len(profiles)})
+                             notes={"pairs": len(comparisons), "users": len({c.user for c in comparisons}),
+                                    "users_with_profile": len(profiles)})
 
 
 @register_dataset("preferences_jsonl")

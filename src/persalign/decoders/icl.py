@@ -21,20 +21,29 @@ from persalign.records import UserItem
 from persalign.registry import register_decoder
 
 
-@register_decoder("icl")
-class RandomICL:
-    """`shots` random demonstrations from the user's support set."""
+class _ShotsDecoder:
+    """Shared set-up: `shots` demonstrations from the user's pool (never the query item)."""
 
-    seed_dependent = True
+    prefix = "ICL"
 
     def __init__(self, config: DecoderConfig):
         if config.shots < 1:
             raise ConfigError(f"decoder {config.name}: shots must be >= 1, got {config.shots}")
         self.shots = config.shots
-        self.label = config.label or f"ICL ({config.shots}-shot)"
+        self.label = config.label or f"{self.prefix} ({config.shots}-shot)"
+
+    def pool(self, context: EvalContext, user: str, example_id: str) -> list[UserItem]:
+        return [item for item in context.demo_pool(user) if item.id != example_id]
+
+
+@register_decoder("icl")
+class RandomICL(_ShotsDecoder):
+    """`shots` random demonstrations from the user's support set."""
+
+    seed_dependent = True
 
     def demos(self, context: EvalContext, user: str, example_id: str, query_input: str, seed: int) -> list[UserItem]:
-        pool = [item for item in context.demo_pool(user) if item.id != example_id]
+        pool = self.pool(context, user, example_id)
         if not pool:
             return []
         picks = example_rng(seed, example_id).choice(len(pool), size=min(self.shots, len(pool)), replace=False)
@@ -42,19 +51,14 @@ class RandomICL:
 
 
 @register_decoder("icl_rag")
-class RetrievalICL:
+class RetrievalICL(_ShotsDecoder):
     """The `shots` most similar demonstrations from the user's support set."""
 
     seed_dependent = False
-
-    def __init__(self, config: DecoderConfig):
-        if config.shots < 1:
-            raise ConfigError(f"decoder {config.name}: shots must be >= 1, got {config.shots}")
-        self.shots = config.shots
-        self.label = config.label or f"ICL-RAG ({config.shots}-shot)"
+    prefix = "ICL-RAG"
 
     def demos(self, context: EvalContext, user: str, example_id: str, query_input: str, seed: int) -> list[UserItem]:
-        pool = [item for item in context.demo_pool(user) if item.id != example_id]
+        pool = self.pool(context, user, example_id)
         if not pool:
             return []
         if context.embedder is None:

@@ -16,6 +16,15 @@ from persalign.config import MetricsConfig
 from persalign.registry import register_metric
 
 
+def score_generations(metrics: list, generations: list[str], references: list[str]) -> list[dict[str, float]]:
+    """Every metric's per-example scores, merged into one dict per example."""
+    scores = [dict() for _ in generations]
+    for metric in metrics:
+        for row, values in zip(scores, metric.score(generations, references)):
+            row.update(values)
+    return scores
+
+
 @register_metric("rouge")
 class RougeMetric:
     """ROUGE-1 and ROUGE-L F1 (×100), rouge-score's tokenizer, Porter stemming if set."""

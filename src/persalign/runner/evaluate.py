@@ -15,6 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from persalign.decoding import clean_generation, decode_from, greedy, prefill
+from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
 from persalign.prompts import PromptFormatter
 from persalign.records import Comparison, Completion
@@ -75,11 +76,7 @@ def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tup
     timings["scoring_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    references = [ex.completion.reference for ex in batch]
-    scores = [dict() for _ in batch]
-    for metric in job.metrics:
-        for row, values in zip(scores, metric.score(generations, references)):
-            row.update(values)
+    scores = score_generations(job.metrics, generations, [ex.completion.reference for ex in batch])
     timings["metrics_s"] = time.perf_counter() - start
 
     rows = []

@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 from persalign.args_decoding import RewardGuide, args_decode
 from persalign.decoding import clean_generation, generate_texts
 from persalign.metrics.ranking import pair_outcome
+from persalign.metrics.generation import score_generations
 from persalign.rewards.backbone import RewardBackbone, pad_states
 from persalign.rewards.lambda_select import best_lambda, harmonic_mean, policy_accuracy_curve
 from persalign.rewards.method import MethodSettings
@@ -201,11 +202,7 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
     timings["scoring_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    references = [ex.completion.reference for ex in batch]
-    scores = [dict() for _ in batch]
-    for metric in job.metrics:
-        for row, values in zip(scores, metric.score(generations, references)):
-            row.update(values)
+    scores = score_generations(job.metrics, generations, [ex.completion.reference for ex in batch])
     timings["metrics_s"] = time.perf_counter() - start
 
     n, rows = len(batch), []
