@@ -1,0 +1,26 @@
+"""Best-of-N: picks the argmax, nested N are prefixes of one sample set, sampling is seeded."""
+
+from persalign.best_of_n import nested_best, sample_responses
+from persalign.prompts import PromptFormatter
+
+
+def test_nested_best_picks_the_argmax_among_the_first_n():
+    scores = [[0.1, 0.9, 0.3, 0.95], [2.0, 1.0, 3.0, 0.0]]
+    picks = nested_best(scores, [1, 2, 4])
+    assert picks == {1: [0, 0], 2: [1, 0], 4: [3, 2]}
+
+
+def test_samples_are_seeded_and_smaller_sets_are_prefixes(tiny_lm):
+    formatter = PromptFormatter(tiny_lm.tokenizer, "headline")
+    prompts = [formatter.prompt_ids("first article"), formatter.prompt_ids("second")]
+    a = sample_responses(tiny_lm, prompts, 4, 6, seed=0, key="batch0")
+    b = sample_responses(tiny_lm, prompts, 4, 6, seed=0, key="batch0")
+    c = sample_responses(tiny_lm, prompts, 4, 6, seed=1, key="batch0")
+    assert a == b and a != c
+    assert len(a) == 2 and all(len(row) == 4 for row in a)
+    assert len({t for row in a for t in row}) > 2  # they are samples, not copies of greedy
+    scores = [[len(t) for t in row] for row in a]
+    best = nested_best(scores, [1, 2, 4])
+    for n, picks in best.items():
+        for row, pick in zip(scores, picks):
+            assert pick < n and row[pick] == max(row[:n])
