@@ -1,0 +1,1 @@
+"""Analyses computed from stored results only: correlations, bootstrap CIs."""

@@ -1,0 +1,60 @@
+"""Correlations between metrics across methods (paper Tables 2, 6 and Figure 1).
+
+Pearson r, Spearman ρ and Kendall τ (scipy.stats), each with a bootstrap CI
+obtained by resampling adaptation users (see bootstrap.py). Degenerate input
+(fewer than three methods, or a constant metric) gives an explicit reason
+instead of NaN, so a report never shows a silent "nan".
+
+    python -c "from persalign.analysis.correlations import correlate; print(correlate([1,2,3,4],[1,3,2,4]))"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+STATISTICS = {"pearson": stats.pearsonr, "spearman": stats.spearmanr, "kendall": stats.kendalltau}
+
+
+@dataclass(frozen=True)
+class Correlation:
+    statistic: str
+    value: float | None
+    p_value: float | None
+    n: int
+    reason: str | None = None  # why no value could be computed
+
+    def __str__(self) -> str:
+        if self.value is None:
+            return f"{self.statistic}: n/a ({self.reason})"
+        return f"{self.statistic} = {self.value:+.3f} (p = {self.p_value:.3f}, n = {self.n})"
+
+
+def undefined_reason(x, y) -> str | None:
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if len(x) != len(y):
+        return f"the two metrics have different lengths ({len(x)} vs {len(y)})"
+    keep = np.isfinite(x) & np.isfinite(y)
+    if keep.sum() < 3:
+        return f"needs at least 3 methods with both metrics, got {int(keep.sum())}"
+    if np.ptp(x[keep]) == 0 or np.ptp(y[keep]) == 0:
+        which = "first" if np.ptp(x[keep]) == 0 else "second"
+        return f"the {which} metric is constant across methods, so no correlation is defined"
+    return None
+
+
+def correlate(x, y, statistic: str = "kendall") -> Correlation:
+    """One correlation between paired per-method values (non-finite pairs dropped)."""
+    reason = undefined_reason(x, y)
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    keep = np.isfinite(x) & np.isfinite(y) if len(x) == len(y) else np.zeros(0, bool)
+    if reason:
+        return Correlation(statistic, None, None, int(keep.sum()), reason)
+    result = STATISTICS[statistic](x[keep], y[keep])
+    return Correlation(statistic, float(result[0]), float(result[1]), int(keep.sum()))
+
+
+def correlate_all(x, y) -> dict[str, Correlation]:
+    return {name: correlate(x, y, name) for name in STATISTICS}

@@ -1,0 +1,43 @@
+"""Correlations on hand-checked values, degenerate inputs, reproducible bootstrap."""
+
+import pytest
+
+from persalign.analysis.bootstrap import correlation_ci, metric_ci
+from persalign.analysis.correlations import correlate, correlate_all
+
+
+def test_correlations_on_hand_checked_values():
+    # x = 1..4, y = 1,3,2,4: one discordant pair of six -> tau = (5-1)/6
+    result = correlate_all([1, 2, 3, 4], [1, 3, 2, 4])
+    assert result["kendall"].value == pytest.approx(4 / 6)
+    assert result["spearman"].value == pytest.approx(0.8)
+    assert result["pearson"].value == pytest.approx(0.8)
+
+
+def test_ties_are_handled_by_tau_b():
+    # x has a tie; tau-b = (C - D) / sqrt((n0 - n1)(n0 - n2)) = (5 - 0) / sqrt(5 * 6)
+    assert correlate([1, 1, 2, 3], [1, 2, 3, 4], "kendall").value == pytest.approx(5 / (30 ** 0.5))
+
+
+def test_constant_or_too_few_inputs_say_why_instead_of_nan():
+    constant = correlate([1, 2, 3], [5, 5, 5])
+    assert constant.value is None and "constant" in constant.reason and "n/a" in str(constant)
+    few = correlate([1, 2], [2, 1])
+    assert few.value is None and "at least 3" in few.reason
+
+
+def test_bootstrap_is_reproducible_and_contains_the_mean():
+    means = {f"u{i}": float(i) for i in range(10)}
+    a, b = metric_ci(means, n_boot=500, seed=3), metric_ci(means, n_boot=500, seed=3)
+    assert a == b and a["low"] < a["mean"] < a["high"]
+    assert metric_ci(means, n_boot=500, seed=4) != a
+
+
+def test_correlation_ci_with_few_methods_is_wide_and_counts_undefined_resamples():
+    users = [f"u{i}" for i in range(8)]
+    x = [{u: m + 0.5 * (i % 3) for i, u in enumerate(users)} for m in range(3)]
+    y = [{u: (2 - m) + 0.3 * (i % 2) for i, u in enumerate(users)} for m in range(3)]
+    ci = correlation_ci(x, y, "kendall", n_boot=200, seed=0)
+    assert ci["point"].value == pytest.approx(-1.0)
+    assert ci["methods"] == 3 and ci["low"] <= ci["point"].value <= ci["high"]
+    assert ci == correlation_ci(x, y, "kendall", n_boot=200, seed=0)
