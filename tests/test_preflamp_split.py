@@ -73,3 +73,14 @@ def test_query_cap_drops_rather_than_moves(demo_dataset):
     split = make_split(demo_dataset, SplitConfig(max_query_per_user=3))
     assert all(len(split.query[u]) == 3 for u in split.adapt_users)
     assert not any(set(split.query[u]) & set(split.support[u]) for u in split.adapt_users)
+
+
+def test_most_active_split_shape_like_tldr(demo_dataset):
+    from persalign.records import Comparison, PreferenceDataset
+
+    pairs = [Comparison(f"{u}-{i}", u, "p", "a", "b") for u, n in [("w1", 30), ("w2", 25), ("w3", 12), ("w4", 12),
+                                                                    ("w5", 3)] for i in range(n)]
+    dataset = PreferenceDataset("toy", "summary", pairs)
+    split = make_split(dataset, SplitConfig(train_top_users=2, adapt_pairs_per_user=10))
+    assert split.train_users == ["w1", "w2"] and split.adapt_users == ["w3", "w4"]  # w5 has too few pairs
+    assert all(len(split.support[u]) + len(split.query[u]) == 10 for u in split.adapt_users)

@@ -42,6 +42,8 @@ class SplitConfig:
     support_fraction: float = 0.5
     heldout_fraction: float = 0.1  # train users' pairs kept for validation / λ choice
     max_query_per_user: int | None = None
+    train_top_users: int | None = None  # TL;DR shape: the N users with most pairs train, the rest adapt
+    adapt_pairs_per_user: int | None = None  # TL;DR shape: adaptation users need (and keep) this many pairs
     seed: int = 0
 
 

@@ -39,6 +39,22 @@ def _cut(ids: list[str], fraction: float, rng: np.random.Generator) -> tuple[lis
     return sorted(shuffled[:n_first]), sorted(shuffled[n_first:])
 
 
+def _most_active_split(by_user, config: SplitConfig, rng, name):
+    """The paper's TL;DR shape: top-N users by pair count train; others with enough pairs adapt."""
+    ranked = sorted(by_user, key=lambda u: (-len(by_user[u]), u))
+    train_users = sorted(ranked[: config.train_top_users])
+    need = config.adapt_pairs_per_user or 2
+    adapt_users = sorted(u for u in ranked[config.train_top_users:] if len(by_user[u]) >= need)
+    if not adapt_users:
+        raise DataError(name, f"no user outside the top {config.train_top_users} has {need}+ pairs to adapt on")
+    by_user = dict(by_user)
+    if config.adapt_pairs_per_user:
+        for user in adapt_users:
+            keep = rng.permutation(len(by_user[user]))[: config.adapt_pairs_per_user]
+            by_user[user] = sorted(by_user[user][i] for i in keep)
+    return train_users, adapt_users, by_user
+
+
 def make_split(dataset: PreferenceDataset, config: SplitConfig) -> UserSplit:
     by_user = {u: sorted(c.id for c in cs) for u, cs in dataset.comparisons_by_user().items()}
     users = sorted(by_user)
@@ -47,9 +63,12 @@ def make_split(dataset: PreferenceDataset, config: SplitConfig) -> UserSplit:
     if not 0 < config.adapt_fraction < 1 or not 0 < config.support_fraction < 1:
         raise DataError(dataset.name, "split.adapt_fraction and split.support_fraction must lie in (0, 1)")
     rng = np.random.default_rng(config.seed)
-    order = [users[i] for i in rng.permutation(len(users))]
-    n_adapt = min(max(1, round(config.adapt_fraction * len(users))), len(users) - 1)
-    adapt_users, train_users = sorted(order[:n_adapt]), sorted(order[n_adapt:])
+    if config.train_top_users:
+        train_users, adapt_users, by_user = _most_active_split(by_user, config, rng, dataset.name)
+    else:
+        order = [users[i] for i in rng.permutation(len(users))]
+        n_adapt = min(max(1, round(config.adapt_fraction * len(users))), len(users) - 1)
+        adapt_users, train_users = sorted(order[:n_adapt]), sorted(order[n_adapt:])
     train, heldout, support, query = {}, {}, {}, {}
     for user in train_users:
         if config.heldout_fraction > 0 and len(by_user[user]) > 1:
