@@ -54,6 +54,21 @@ def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:
     return "\n".join(lines)
 
 
+def cost_table(frame: pd.DataFrame) -> str:
+    """Seconds per stage, summed over seeds, from the cells' own timing records."""
+    stages = sorted({k for d in frame["stage_seconds"] for k in d})
+    lines = ["| Policy | Method | " + " | ".join(s.removesuffix("_s") for s in stages) + " | train (fit+adapt) | λ |",
+             "|" + "---|" * (len(stages) + 4)]
+    for (policy, label), rows in frame.groupby(["policy", "decoder"], sort=False):
+        totals = [sum(d.get(s, 0.0) for d in rows["stage_seconds"]) for s in stages]
+        training = [r.get("training", {}) for r in rows["settings"]]
+        train_s = sum(t.get("fit_s", 0.0) + t.get("adapt_s", 0.0) for t in training)
+        lams = sorted({r.get("lambda") for r in rows["settings"] if r.get("lambda") is not None})
+        lines.append(f"| {policy} | {label} | " + " | ".join(f"{t:.0f}" for t in totals)
+                     + f" | {train_s:.1f} | {', '.join(f'{x:g}' for x in lams) or '-'} |")
+    return "\n".join(lines)
+
+
 def build_report(run_dir: str | Path) -> str:
     store = RunStore(run_dir)
     frame = results_frame(store)
@@ -68,6 +83,7 @@ def build_report(run_dir: str | Path) -> str:
              "scores are means over users of per-user means (×100)."]
     for policy in dict.fromkeys(frame["policy"]):
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]
+    parts += ["", "## Cost (seconds, summed over seeds) and chosen λ", "", cost_table(frame)]
     ties = frame.groupby("decoder")["policy_ties"].mean()
     if (ties > 0).any():
         parts += ["", "Policy-accuracy ties (%): " + ", ".join(f"{k} {v:.2f}" for k, v in ties.items() if v > 0)]
