@@ -116,3 +116,13 @@ def test_unknown_dataset_and_task():
         DATASETS.get("lamp9")
     with pytest.raises(ConfigError, match="unknown task 'poem'"):
         task_template("poem")
+
+
+@pytest.mark.needs_real_data
+def test_real_news_category_file_matches_its_documented_shape():
+    from tests.conftest import REAL_NEWS
+
+    writing = load("news_category", path=str(REAL_NEWS))
+    assert writing.notes["records"] == 10_000 and writing.notes["records_without_author"] == 821
+    kept = keep_active_users(writing, DataConfig(min_items_per_user=20))
+    assert kept.notes["users_kept"] == 67 and len(kept.items) == 6525
