@@ -127,3 +127,31 @@ def test_a_run_can_be_extended_with_more_cells(tmp_path, cache_dir, monkeypatch)
     assert "1 already complete" in messages[0]
     after = metrics_without_timing(store)
     assert len(after) == 3 and before[0] in after
+
+
+def test_html_report_is_valid_and_embeds_figures(tmp_path, cache_dir):
+    from html.parser import HTMLParser
+
+    from persalign.report_html import build_html_report
+
+    store = run(tiny_config("'methods=[{name: global_rm}, {name: global_rm_v2}, {name: lore}]'".strip("'"),
+                            "reward.epochs=5", "args.selection=fixed"), tmp_path / "r", log=lambda *_: None)
+    path = build_html_report(store.root)
+    text = path.read_text()
+
+    class Collect(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags, self.images = [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+            if tag == "img":
+                self.images.append(dict(attrs)["src"])
+
+    parser = Collect()
+    parser.feed(text)
+    assert text.startswith("<!DOCTYPE html>") and "table" in parser.tags
+    assert len(parser.images) == 3 and all(src.startswith("data:image/png;base64,") for src in parser.images)
+    rouge = [m for m in store.all_metrics() if m["decoder"] == "Zero-Shot"][0]["rouge1"]
+    assert f"{rouge:.2f} ± 0.00" in text

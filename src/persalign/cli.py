@@ -1,7 +1,7 @@
 """The `persalign` command.
 
     persalign run CONFIG [-o OUT] [key=value ...]   evaluate every cell, resumable
-    persalign report RUN_DIR                        tables from stored results
+    persalign report RUN_DIR [--format md|html]     tables (and figures) from stored results
     persalign data summary CONFIG [key=value ...]   users, pairs per user, examples
     persalign list                                  what is registered
 """
@@ -29,7 +29,12 @@ def _cmd_run(args) -> None:
 def _cmd_report(args) -> None:
     from persalign.report import build_report
 
-    print(build_report(args.run_dir))
+    if args.format == "html":
+        from persalign.report_html import build_html_report
+
+        print(f"wrote {build_html_report(args.run_dir)}")
+    else:
+        print(build_report(args.run_dir))
 
 
 def _cmd_data_summary(args) -> None:
@@ -65,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="print and save the tables of a run directory")
     report.add_argument("run_dir", help="a directory written by `persalign run`")
+    report.add_argument("--format", choices=["md", "html"], default="md",
+                        help="md: print the Markdown tables; html: one self-contained file with figures")
     report.set_defaults(handler=_cmd_report)
 
     data = commands.add_parser("data", help="inspect data sets")

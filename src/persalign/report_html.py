@@ -1,0 +1,134 @@
+"""One self-contained HTML report: the Markdown tables plus figures as embedded PNGs.
+
+Figures, built only from stored metrics:
+- Figure 1: RM accuracy vs policy accuracy per policy model, with Pearson r,
+  Spearman ρ and Kendall τ across methods (or why they are undefined);
+- Figure 2: ROUGE-1, ROUGE-L and BERTScore-F1 per method, ICL variants highlighted;
+- Figure 3: ROUGE-1 vs number of ICL demonstrations, random vs RAG.
+
+    persalign report runs/demo --format html
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # headless; set before pyplot is imported
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from persalign.analysis.correlations import correlate_all  # noqa: E402
+from persalign.report import build_report, results_frame  # noqa: E402
+from persalign.runner.store import RunStore  # noqa: E402
+
+
+def _png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def figure_rm_vs_policy(frame: pd.DataFrame) -> str | None:
+    if "rm_accuracy" not in frame or frame["rm_accuracy"].notna().sum() == 0:
+        return None
+    policies = list(dict.fromkeys(frame["policy"]))
+    fig, axes = plt.subplots(1, len(policies), figsize=(5 * len(policies), 4), squeeze=False)
+    for ax, policy in zip(axes[0], policies):
+        sub = frame[(frame["policy"] == policy) & frame["rm_accuracy"].notna()]
+        means = sub.groupby("decoder")[["rm_accuracy", "policy_accuracy"]].mean()
+        ax.scatter(means["rm_accuracy"], means["policy_accuracy"])
+        for label, row in means.iterrows():
+            ax.annotate(label, (row["rm_accuracy"], row["policy_accuracy"]), fontsize=8)
+        stats = list(correlate_all(means["rm_accuracy"].values, means["policy_accuracy"].values).values())
+        reasons = {s.reason for s in stats}
+        if len(reasons) == 1 and None not in reasons:
+            summary = f"correlations undefined: {reasons.pop()}"
+        else:
+            summary = "\n".join(str(s) for s in stats)
+        ax.set_title(f"{policy}\n{summary}", fontsize=8)
+        ax.set_xlabel("RM accuracy (%)")
+        ax.set_ylabel("policy accuracy (%)")
+    return _png(fig)
+
+
+def figure_generation(frame: pd.DataFrame) -> str | None:
+    metrics = [m for m in ("rouge1", "rougeL", "bertscore_f1") if m in frame]
+    if not metrics:
+        return None
+    means = frame.groupby(["decoder", "policy"], sort=False)[metrics].mean().reset_index()
+    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+    for ax, metric in zip(axes[0], metrics):
+        for label, rows in means.groupby("decoder", sort=False):
+            style = "-o" if label.startswith("ICL") else "--x"
+            ax.plot(rows["policy"], rows[metric], style, label=label, linewidth=2 if label.startswith("ICL") else 1)
+        ax.set_title(metric)
+        ax.tick_params(axis="x", labelrotation=20)
+    axes[0][-1].legend(fontsize=7, loc="best")
+    return _png(fig)
+
+
+def figure_shots(frame: pd.DataFrame) -> str | None:
+    if "rouge1" not in frame:
+        return None
+    shots = frame.assign(shots=[s.get("shots", 0) for s in frame["settings"]],
+                         kind=[s.get("decoder_name") for s in frame["settings"]])
+    shots = shots[shots["kind"].isin(["zero_shot", "icl", "icl_rag"])]
+    if shots["shots"].nunique() < 2:
+        return None
+    fig, ax = plt.subplots(figsize=(5, 4))
+    for (policy, kind), rows in shots.groupby(["policy", "kind"]):
+        if kind == "zero_shot":
+            continue
+        points = pd.concat([rows, shots[(shots["policy"] == policy) & (shots["kind"] == "zero_shot")]])
+        curve = points.groupby("shots")["rouge1"].mean()
+        ax.plot(curve.index, curve.values, "-o", label=f"{'RAG' if kind == 'icl_rag' else 'random'} | {policy}")
+    ax.set_xlabel("demonstrations")
+    ax.set_ylabel("ROUGE-1")
+    ax.legend(fontsize=7)
+    return _png(fig)
+
+
+def markdown_tables_to_html(markdown: str) -> str:
+    out, table = [], []
+    for line in markdown.splitlines() + [""]:
+        if line.startswith("|"):
+            if not set(line) <= set("|-: "):
+                table.append([html.escape(c.strip()) for c in line.strip("|").split("|")])
+            continue
+        if table:
+            head, *body = table
+            out.append("<table><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr>"
+                       + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in body)
+                       + "</table>")
+            table = []
+        if line.startswith("#"):
+            level = len(line) - len(line.lstrip("#"))
+            out.append(f"<h{level}>{html.escape(line.lstrip('# '))}</h{level}>")
+        elif line.strip():
+            out.append(f"<p>{html.escape(line)}</p>")
+    return "\n".join(out)
+
+
+def build_html_report(run_dir: str | Path) -> Path:
+    markdown = build_report(run_dir)
+    frame = results_frame(RunStore(run_dir))
+    figures = [("Figure 1: RM accuracy vs policy accuracy", figure_rm_vs_policy(frame)),
+               ("Figure 2: generation quality per method", figure_generation(frame)),
+               ("Figure 3: ROUGE-1 vs number of demonstrations", figure_shots(frame))] if not frame.empty else []
+    body = markdown_tables_to_html(markdown)
+    for title, png in figures:
+        if png:
+            body += f'\n<h2>{html.escape(title)}</h2>\n<img alt="{html.escape(title)}" src="data:image/png;base64,{png}">'
+    page = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>persalign report</title><style>"
+            "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
+            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head>"
+            f"<body>\n{body}\n</body></html>\n")
+    path = Path(run_dir) / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path
