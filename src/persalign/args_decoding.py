@@ -118,8 +118,7 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
         top_logprobs, candidates = logprobs.topk(top_k, dim=-1)
         past = mask.shape[1]
         states = tree_forward(rm_backbone, rm_cache, mask, next_pos, candidates)
-        rewards = guide.method.token_rewards(states.float(), users)  # (rows, k)
-        candidate_prefix = pool.extend(rewards, guide.method.pooling)
+        candidate_prefix, rewards = guide.method.candidate_rewards(states.float(), users, pool)  # (rows, k) each
         choice = (top_logprobs + lam * candidate_prefix).argmax(dim=-1)
         if trace is not None:
             full = torch.zeros((len(prompts), top_k), dtype=candidates.dtype, device=candidates.device)

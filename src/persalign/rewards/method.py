@@ -2,7 +2,7 @@
 
     fit(train, val)          learn shared parameters θ and train users' z_k
     adapt(user, support)     z_k = A(D_support, θ) for an unseen user, θ frozen
-    token_rewards / prefix_rewards / sequence_rewards / extend (ARGS candidates)
+    token_rewards / prefix_rewards / sequence_rewards / candidate_rewards (ARGS)
     save(dir) / load(dir)    safetensors + JSON, no pickle
 
 Subclasses define `make_head()` (an nn.Module with `pooling` and
@@ -106,6 +106,16 @@ class RewardMethod(nn.Module):
 
     def sequence_rewards(self, states: torch.Tensor, mask: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         return base.sequence_rewards(self.token_rewards(states, users), mask, self.pooling)
+
+    def candidate_rewards(self, candidate_states: torch.Tensor, users: torch.Tensor,
+                          pool: base.PoolingState) -> tuple[torch.Tensor, torch.Tensor]:
+        """(prefix reward of y<t + each candidate, each candidate's token reward), both (rows, k).
+
+        `candidate_states` are the backbone states of k candidate tokens on a cached
+        prefix (ARGS); `pool` carries the chosen tokens' rewards so far.
+        """
+        token = self.token_rewards(candidate_states, users)
+        return pool.extend(token, self.pooling), token
 
     # --- learning ---------------------------------------------------------------------------
     def fit(self, backbone, train: PairData, val: PairData | None = None) -> TrainLog:
