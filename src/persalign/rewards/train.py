@@ -9,7 +9,6 @@ the new user's parameters), and may pass their own `loss_fn` (e.g. a KL term).
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass, field
 
@@ -127,7 +126,3 @@ def train_pairs(method, backbone, data: PairData, val: PairData | None, paramete
             for p, saved in zip(params, best_state):
                 p.copy_(saved)
     return log
-
-
-def clone_module(module):
-    return copy.deepcopy(module)
