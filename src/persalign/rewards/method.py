@@ -43,6 +43,23 @@ class MethodSettings:
     seed: int = 0
 
 
+def precompute_features(backbone, *datasets) -> None:
+    """Frozen mode: compute every state once, in one fixed batching, before training.
+
+    Computed lazily per minibatch instead, the first fit would see features whose
+    float rounding depends on which pairs shared a padded batch, and two fits
+    with the same seed could differ.
+    """
+    if backbone.trainable:
+        return
+    prompts, responses = [], []
+    for data in (d for d in datasets if d is not None):
+        prompts += data.prompts * 2
+        responses += data.chosen + data.rejected
+    if prompts:
+        backbone.states(prompts, responses)
+
+
 def _only_row(grad: torch.Tensor, row: int) -> torch.Tensor:
     """Zero every user's gradient but one: Adam then leaves the other rows exactly as they were."""
     masked = torch.zeros_like(grad)
@@ -121,6 +138,7 @@ class RewardMethod(nn.Module):
     def fit(self, backbone, train: PairData, val: PairData | None = None) -> TrainLog:
         for user in sorted(set(train.users) | set(val.users if val else [])):
             self.add_user(user)
+        precompute_features(backbone, train, val)
         s = self.settings
         groups = [{"params": self.shared_parameters(), "lr": s.head_lr, "weight_decay": s.weight_decay}]
         if self.user_tables():

@@ -25,7 +25,7 @@ from torch import nn
 
 from persalign.registry import register_method
 from persalign.rewards.backbone import pad_states
-from persalign.rewards.method import GENERIC_USER, RewardMethod
+from persalign.rewards.method import GENERIC_USER, RewardMethod, precompute_features
 from persalign.rewards.train import PairData
 
 
@@ -79,6 +79,7 @@ class PReF(RewardMethod):
     def fit(self, backbone, train: PairData, val: PairData | None = None):
         for user in sorted(set(train.users) | set(val.users if val else [])):
             self.add_user(user)
+        precompute_features(backbone, train, val)
         self.init_note = self.warm_start(backbone, train)
         log = super().fit(backbone, train, val)
         return log

@@ -22,7 +22,7 @@ from torch import nn
 
 from persalign.registry import register_method
 from persalign.rewards.backbone import pad_states
-from persalign.rewards.method import RewardMethod
+from persalign.rewards.method import RewardMethod, precompute_features
 from persalign.rewards.train import PairData, bradley_terry_loss
 
 WIDTH, CONTEXT, KL_MAX, KL_ANNEAL_STEPS = 64, 8, 0.01, 500
@@ -107,6 +107,7 @@ class VPL(RewardMethod):
     def fit(self, backbone, train: PairData, val: PairData | None = None):
         for user in sorted(set(train.users) | set(val.users if val else [])):
             self.add_user(user)
+        precompute_features(backbone, train, val)
         self._remember_contexts(backbone, train)
         log = super().fit(backbone, train, val)
         self.refresh_latents()
