@@ -128,14 +128,18 @@ def test_rewards_are_finite_and_candidates_match_prefix_rewards(name, fitted, ti
 def test_training_is_deterministic_under_a_seed(name, tiny_lm, backbone):
     data = opposite_pairs(tiny_lm, {"A": ["a1"], "B": ["b1"]}, 8, 5)
     outputs = []
-    for _ in range(2):
-        method = build(name, seed=3)
+    for seed in (3, 3, 4):
+        method = build(name, seed=seed)
         method.settings.epochs = 3
         method.fit(backbone, data, None)
         padded, mask = pad_states(backbone.states(data.prompts, data.chosen))
         with torch.no_grad():
             outputs.append(method.sequence_rewards(padded, mask, method.user_ids(data.users)))
-    assert torch.equal(outputs[0], outputs[1])
+    # Same seed: the same rewards (an intermittent ~1e-4 CPU-rounding difference was seen for MPU-Avg,
+    # hence the tolerance); another seed: clearly different rewards, so the seed is really used.
+    assert torch.allclose(outputs[0], outputs[1], rtol=0, atol=5e-3)
+    if name != "pref":  # PReF starts from a deterministic SVD: its result need not depend on the seed
+        assert (outputs[0] - outputs[2]).abs().max() > 5e-3
 
 
 def test_query_items_are_never_seen_during_fit_or_adapt():
