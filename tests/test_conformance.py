@@ -98,7 +98,8 @@ def test_save_load_round_trip_gives_identical_rewards(name, fitted, tmp_path, ti
     method.save(tmp_path / name)
     loaded = METHODS.get(name).load(tmp_path / name)
     data = opposite_pairs(tiny_lm, NEW, 3, 4)
-    padded, mask = pad_states(backbone.states(data.prompts, data.chosen))
+    padded, mask = pad_states(method.features(backbone, data.prompts, data.chosen))
+    loaded.bind(backbone.lm)
     users = method.user_ids(data.users)
     with torch.no_grad():
         assert torch.equal(method.prefix_rewards(padded, mask, users), loaded.prefix_rewards(padded, mask, users))
@@ -118,7 +119,7 @@ def test_rewards_are_finite_and_candidates_match_prefix_rewards(name, fitted, ti
             assert torch.isfinite(rewards).all()
             for j in range(candidates.shape[1]):
                 response = generated[row][:step] + [int(candidates[row, j])]
-                padded, mask = pad_states(backbone.states([prompt], [response]))
+                padded, mask = pad_states(method.features(backbone, [prompt], [response]))
                 with torch.no_grad():
                     expected = method.sequence_rewards(padded, mask, method.user_ids([user]))[0]
                 assert abs(float(rewards[row, j]) - float(expected)) <= 1e-4
@@ -132,7 +133,7 @@ def test_training_is_deterministic_under_a_seed(name, tiny_lm, backbone):
         method = build(name, seed=seed)
         method.settings.epochs = 3
         method.fit(backbone, data, None)
-        padded, mask = pad_states(backbone.states(data.prompts, data.chosen))
+        padded, mask = pad_states(method.features(backbone, data.prompts, data.chosen))
         with torch.no_grad():
             outputs.append(method.sequence_rewards(padded, mask, method.user_ids(data.users)))
     # Same seed: the same rewards (an intermittent ~1e-4 CPU-rounding difference was seen for MPU-Avg,

@@ -19,6 +19,9 @@ How it is made fast:
 - shared-backbone fast path: when the RM is the frozen policy itself, that
   same k-candidate forward also yields the policy's next-step logits (read at
   the chosen candidate only), so a step costs one forward instead of two.
+- token-level RMs (GenARM) need no candidate forward at all: the RM's state
+  after y<t scores every candidate token at once (one ARM step), and the
+  prefix reward is the running sum (`token_level_decode`).
 
     persalign run configs/news_category.yaml methods='[{name: global_rm}]'
 """
@@ -94,6 +97,9 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
     receives prefill seconds, decode seconds and the number of steps.
     """
     check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
+    guide.method.bind(guide.lm)
+    if guide.method.token_level:
+        return token_level_decode(policy, guide, prompts, lam, top_k, max_new_tokens, trace, stats)
     started = time.perf_counter()
     shared = guide.lm.model is policy.model
     ids, mask, positions = left_pad(prompts, policy.tokenizer.pad_token_id, policy.device)
@@ -146,6 +152,72 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
             for cache in {id(policy_cache): policy_cache, id(rm_cache): rm_cache}.values():
                 select_rows(cache, index)
             live, mask, next_pos, logprobs, users = live[index], mask[index], next_pos[index], logprobs[index], users[index]
+            pool = PoolingState(pool.total[index], pool.count[index])
+    if stats is not None:
+        stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1)
+    return rows.generated
+
+
+@torch.no_grad()
+def token_level_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float, top_k: int,
+                       max_new_tokens: int, trace: list | None = None, stats: dict | None = None) -> list[list[int]]:
+    """ARGS with a token-level RM: candidate rewards from the RM state after y<t, one forward per model and step.
+
+    When the RM backbone is the frozen policy, the RM forward of the chosen
+    token also gives the policy's next logits (one forward per step).
+    """
+    started = time.perf_counter()
+    shared = guide.lm.model is policy.model
+    ids, mask, positions = left_pad(prompts, policy.tokenizer.pad_token_id, policy.device)
+    rm_backbone = decoder_stack(guide.lm.model)
+    head = policy.model.get_output_embeddings()
+    out = rm_backbone(input_ids=ids.to(guide.lm.device), attention_mask=mask.to(guide.lm.device),
+                      position_ids=positions.to(guide.lm.device), use_cache=True)
+    rm_cache, rm_state = out.past_key_values, out.last_hidden_state[:, -1]
+    if shared:
+        policy_cache, logprobs = rm_cache, torch.log_softmax(head(rm_state).float(), dim=-1)
+    else:
+        out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
+        policy_cache, logprobs = out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+    users = guide.method.user_ids(guide.users).to(policy.device)
+    pool = PoolingState.empty(len(prompts), policy.device)
+    rows = RowTracker(policy.tokenizer, logprobs.shape[-1], len(prompts), policy.device)
+    live = torch.arange(len(prompts), device=policy.device)
+    next_pos = positions[:, -1] + 1
+    prefilled = time.perf_counter()
+    step = 0
+    for step in range(max_new_tokens):
+        top_logprobs, candidates = logprobs.topk(top_k, dim=-1)
+        rewards = guide.method.next_token_rewards(rm_state, candidates, users)
+        candidate_prefix = pool.extend(rewards, guide.method.pooling)
+        choice = (top_logprobs + lam * candidate_prefix).argmax(dim=-1)
+        if trace is not None:
+            full = torch.zeros((len(prompts), top_k), dtype=candidates.dtype, device=candidates.device)
+            full_rewards = torch.zeros((len(prompts), top_k), device=candidates.device)
+            full[live], full_rewards[live] = candidates, candidate_prefix
+            trace.append((full, full_rewards))
+        pool.commit(rewards.gather(1, choice[:, None]).squeeze(1))
+        tokens = rows.push(candidates.gather(1, choice[:, None]).squeeze(1), live)
+        if rows.done or step == max_new_tokens - 1:
+            break
+        mask = extend_mask(mask)
+        out = rm_backbone(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                          past_key_values=rm_cache, use_cache=True)
+        rm_state = out.last_hidden_state[:, -1]
+        if shared:
+            logprobs = torch.log_softmax(head(rm_state).float(), dim=-1)
+        else:
+            out = policy.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                               past_key_values=policy_cache, use_cache=True)
+            logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        next_pos = next_pos + 1
+        keep = ~rows.finished[live]
+        if not bool(keep.all()):
+            index = torch.nonzero(keep).flatten()
+            for cache in {id(policy_cache): policy_cache, id(rm_cache): rm_cache}.values():
+                select_rows(cache, index)
+            live, mask, next_pos, logprobs, users = live[index], mask[index], next_pos[index], logprobs[index], users[index]
+            rm_state = rm_state[index]
             pool = PoolingState(pool.total[index], pool.count[index])
     if stats is not None:
         stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1)

@@ -85,6 +85,7 @@ _BUILTIN_MODULES = (
     "persalign.rewards.mpu",
     "persalign.rewards.pal",
     "persalign.rewards.vpl",
+    "persalign.rewards.genarm",
 )
 _loaded = False
 

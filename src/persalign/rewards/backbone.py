@@ -41,6 +41,7 @@ class RewardBackbone:
         self.lm = lm
         self.key = key
         self.trainable = trainable
+        self.batch_size = 16  # prompts per feature forward (reward.feature_batch_size)
         self.cache_path = None if cache_dir is None or trainable else Path(cache_dir) / "features" / f"{key}.safetensors"
         self._cache: dict[str, torch.Tensor] = {}
         if self.cache_path is not None and self.cache_path.exists():
@@ -50,8 +51,9 @@ class RewardBackbone:
     def hidden_size(self) -> int:
         return self.lm.model.config.hidden_size
 
-    def states(self, prompts: list[list[int]], responses: list[list[int]], batch_size: int = 16) -> list[torch.Tensor]:
+    def states(self, prompts: list[list[int]], responses: list[list[int]], batch_size: int | None = None) -> list[torch.Tensor]:
         """One (len(response), hidden) tensor per pair; cached when frozen."""
+        batch_size = batch_size or self.batch_size
         if self.trainable:
             return self._forward(prompts, responses, batch_size)
         keys = [_pair_key(p, r) for p, r in zip(prompts, responses)]

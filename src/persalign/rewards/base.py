@@ -6,6 +6,7 @@ through the head), and the method's pooling turns them into prefix rewards:
 
 - pooling "last" (Global RM, most personalized heads): R(y<=t) = r_t
 - pooling "mean" (Global RM-v2): R(y<=t) = mean_{s<=t} r_s (running mean)
+- pooling "sum" (GenARM): R(y<=t) = Σ_{s<=t} r_s (token-level rewards add up)
 
 The sequence reward is the prefix reward at the last real token, found from
 the mask (never from pad_token_id, which may equal EOS). ARGS (Eq. 1) needs
@@ -26,6 +27,8 @@ def prefix_rewards(token_rewards: torch.Tensor, mask: torch.Tensor, pooling: str
     masked = token_rewards * mask
     if pooling == "last":
         return masked
+    if pooling == "sum":
+        return masked.cumsum(-1) * mask
     if pooling == "mean":
         counts = mask.cumsum(-1).clamp(min=1)
         return masked.cumsum(-1) / counts * mask
@@ -54,6 +57,8 @@ class PoolingState:
         """(batch, k) prefix rewards of y<t + each candidate."""
         if pooling == "last":
             return candidate_rewards
+        if pooling == "sum":
+            return self.total[:, None] + candidate_rewards
         return (self.total[:, None] + candidate_rewards) / (self.count[:, None] + 1)
 
     def commit(self, chosen_rewards: torch.Tensor) -> None:

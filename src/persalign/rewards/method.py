@@ -43,7 +43,7 @@ class MethodSettings:
     seed: int = 0
 
 
-def precompute_features(backbone, *datasets) -> None:
+def precompute_features(method, backbone, *datasets) -> None:
     """Frozen mode: compute every state once, in one fixed batching, before training.
 
     Computed lazily per minibatch instead, the first fit would see features whose
@@ -57,7 +57,7 @@ def precompute_features(backbone, *datasets) -> None:
         prompts += data.prompts * 2
         responses += data.chosen + data.rejected
     if prompts:
-        backbone.states(prompts, responses)
+        method.features(backbone, prompts, responses)
 
 
 def _only_row(grad: torch.Tensor, row: int) -> torch.Tensor:
@@ -108,6 +108,15 @@ class RewardMethod(nn.Module):
         return self.users[user]
 
     # --- rewards ----------------------------------------------------------------------------
+    token_level = False  # GenARM: r_t is read from the state BEFORE token t and the token id itself
+
+    def bind(self, lm) -> None:
+        """Attach run-time parts of the backbone LM a head reads (GenARM: its LM head)."""
+
+    def features(self, backbone, prompts: list[list[int]], responses: list[list[int]]) -> list[torch.Tensor]:
+        """What the head reads for each response: by default the backbone state after each token."""
+        return backbone.states(prompts, responses)
+
     @property
     def pooling(self) -> str:
         return self.head.pooling
@@ -138,7 +147,7 @@ class RewardMethod(nn.Module):
     def fit(self, backbone, train: PairData, val: PairData | None = None) -> TrainLog:
         for user in sorted(set(train.users) | set(val.users if val else [])):
             self.add_user(user)
-        precompute_features(backbone, train, val)
+        precompute_features(self, backbone, train, val)
         s = self.settings
         groups = [{"params": self.shared_parameters(), "lr": s.head_lr, "weight_decay": s.weight_decay}]
         if self.user_tables():

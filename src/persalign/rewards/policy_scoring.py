@@ -24,7 +24,8 @@ from persalign.scoring import continue_from_prefill
 @torch.no_grad()
 def rgd_components(policy, method, backbone, users, prompts, responses, batch_size: int = 16):
     """(Σ_t log π, Σ_t prefix reward, sequence reward) per response."""
-    shared = backbone is not None and backbone.lm.model is policy.model and not backbone.trainable
+    shared = (backbone is not None and backbone.lm.model is policy.model and not backbone.trainable
+              and not method.token_level)
     head = policy.model.get_output_embeddings()
     lp_sum, r_sum, r_seq = [], [], []
     for start in range(0, len(prompts), batch_size):
@@ -41,7 +42,7 @@ def rgd_components(policy, method, backbone, users, prompts, responses, batch_si
             tail = torch.log_softmax(head(hidden[i, : len(r) - 1]).float(), -1)[torch.arange(len(r) - 1), r[1:]]
             lp_sum.append(float(first[i, r[0]] + tail.sum()))
         states = [hidden[i, : len(r)].float() for i, r in enumerate(batch_r)] if shared else \
-            backbone.states(batch_p, batch_r)
+            method.features(backbone, batch_p, batch_r)
         padded, mask = pad_states([s if len(s) else torch.zeros((0, padded_width(hidden))) for s in states])
         ids = method.user_ids(batch_u)
         prefix = method.prefix_rewards(padded, mask, ids)

@@ -79,7 +79,7 @@ class PReF(RewardMethod):
     def fit(self, backbone, train: PairData, val: PairData | None = None):
         for user in sorted(set(train.users) | set(val.users if val else [])):
             self.add_user(user)
-        precompute_features(backbone, train, val)
+        precompute_features(self, backbone, train, val)
         self.init_note = self.warm_start(backbone, train)
         log = super().fit(backbone, train, val)
         return log

@@ -49,7 +49,7 @@ def bradley_terry_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor) -> torc
 def pair_rewards(method, backbone, data: PairData, index: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """Sequence rewards of chosen and rejected responses for the pairs in `index`."""
     sub = data.subset(index)
-    states = backbone.states(sub.prompts + sub.prompts, sub.chosen + sub.rejected)
+    states = method.features(backbone, sub.prompts + sub.prompts, sub.chosen + sub.rejected)
     padded, mask = pad_states(states)
     users = method.user_ids(sub.users + sub.users)
     rewards = method.sequence_rewards(padded, mask, users)

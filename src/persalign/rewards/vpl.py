@@ -107,7 +107,7 @@ class VPL(RewardMethod):
     def fit(self, backbone, train: PairData, val: PairData | None = None):
         for user in sorted(set(train.users) | set(val.users if val else [])):
             self.add_user(user)
-        precompute_features(backbone, train, val)
+        precompute_features(self, backbone, train, val)
         self._remember_contexts(backbone, train)
         log = super().fit(backbone, train, val)
         self.refresh_latents()

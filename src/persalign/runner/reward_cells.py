@@ -25,7 +25,7 @@ from persalign.metrics.ranking import pair_outcome
 from persalign.metrics.generation import score_generations
 from persalign.rewards.backbone import RewardBackbone, pad_states
 from persalign.rewards.lambda_select import best_lambda, harmonic_mean, policy_accuracy_curve
-from persalign.rewards.method import MethodSettings
+from persalign.rewards.method import MethodSettings, precompute_features
 from persalign.rewards.train import PairData
 from persalign.registry import METHODS
 from persalign.scoring import response_logprobs
@@ -40,7 +40,7 @@ def method_settings(method_cls, method_config, reward_config, seed: int) -> Meth
         weight_decay=getattr(method_cls, "default_weight_decay", defaults.weight_decay),
         batch_size=reward_config.batch_size, epochs=reward_config.epochs, patience=reward_config.patience,
         adapt_epochs=reward_config.adapt_epochs or getattr(method_cls, "default_adapt_epochs", defaults.adapt_epochs),
-        max_steps=reward_config.max_steps,
+        max_steps=reward_config.max_steps or getattr(method_cls, "default_max_steps", None),
         backbone_lr=reward_config.backbone_lr, seed=seed,
     )
 
@@ -76,8 +76,7 @@ def train_or_load(method_config, label, seed, config, dataset, split, backbone, 
     train = pair_data(dataset, split.train, formatter, split.train_users)
     val = pair_data(dataset, split.heldout, formatter, split.train_users)
     start = time.perf_counter()
-    backbone.states(train.prompts * 2 + val.prompts * 2, train.chosen + train.rejected + val.chosen + val.rejected,
-                    config.reward.feature_batch_size)
+    precompute_features(method, backbone, train, val)
     features_s = time.perf_counter() - start
     start = time.perf_counter()
     fit_log = method.fit(backbone, train, val)
@@ -100,7 +99,7 @@ def train_or_load(method_config, label, seed, config, dataset, split, backbone, 
 @torch.no_grad()
 def sequence_and_prefix_sums(trained: TrainedReward, users, prompts, responses) -> tuple[np.ndarray, np.ndarray]:
     """(sequence reward, Σ_t prefix reward) of each response under the trained RM."""
-    states = trained.backbone.states(prompts, responses)
+    states = trained.method.features(trained.backbone, prompts, responses)
     padded, mask = pad_states(states)
     ids = trained.method.user_ids(users)
     prefix = trained.method.prefix_rewards(padded, mask, ids)

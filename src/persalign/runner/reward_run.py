@@ -63,6 +63,7 @@ class RewardBackbones:
             lm = load_adapter(base, adapter) if adapter.exists() else attach_lora(base, cfg.reward.lora_rank,
                                                                                   cfg.reward.lora_alpha)
             backbone = RewardBackbone(lm, f"{slug}-lora", trainable=not adapter.exists())
+        backbone.batch_size = cfg.reward.feature_batch_size
         formatter = PromptFormatter(backbone.lm.tokenizer, task, cfg.generation.max_prompt_tokens)
         return backbone, formatter
 

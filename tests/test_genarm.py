@@ -1,0 +1,70 @@
+"""GenARM: token rewards are β·log π_arm(y_t | x, y<t) read from the state before y_t; ARGS equals them; LoRA."""
+
+import torch
+
+from persalign.args_decoding import RewardGuide, args_decode
+from persalign.models.loading import LoadedLM
+from persalign.models.tiny import tiny_llama
+from persalign.registry import METHODS
+from persalign.rewards.backbone import RewardBackbone, pad_states
+from persalign.rewards.method import MethodSettings
+from persalign.rewards.train import evaluate_pairs
+from persalign.scoring import response_logprobs
+from tests.test_rewards_args import prompts_of, toy_pairs
+
+
+def genarm(hidden, **settings):
+    return METHODS.get("genarm")(hidden, MethodSettings(**settings))
+
+
+def test_untrained_genarm_reward_is_the_base_lm_log_likelihood(tiny_lm):
+    """U starts at 0, so r_t = log π_base(y_t | x, y<t): checks the one-token shift of the states."""
+    backbone = RewardBackbone(tiny_lm, "tiny-genarm")
+    method = genarm(tiny_lm.model.config.hidden_size).eval()
+    data = toy_pairs(tiny_lm, 4, 0)
+    padded, mask = pad_states(method.features(backbone, data.prompts, data.chosen))
+    with torch.no_grad():
+        token = method.token_rewards(padded, method.user_ids(data.users))
+        prefix = method.prefix_rewards(padded, mask, method.user_ids(data.users))
+    expected = response_logprobs(tiny_lm, data.prompts, data.chosen, 4)
+    for row, lp in enumerate(expected):
+        assert torch.allclose(token[row, : len(lp)], torch.as_tensor(lp, dtype=torch.float32), atol=1e-4)
+        assert abs(float(prefix[row, len(lp) - 1]) - float(lp.sum())) < 1e-3  # prefix reward = running sum
+
+
+def test_genarm_learns_a_toy_preference_and_args_reads_the_same_rewards(tiny_lm):
+    backbone = RewardBackbone(tiny_lm, "tiny-genarm")
+    method = genarm(tiny_lm.model.config.hidden_size, head_lr=3e-2, epochs=40, patience=40, seed=0)
+    method.fit(backbone, toy_pairs(tiny_lm, 24, 0), None)
+    assert evaluate_pairs(method.eval(), backbone, toy_pairs(tiny_lm, 20, 1))["accuracy"] >= 90
+    prompts = prompts_of(tiny_lm, ["article a", "a much longer article b"])
+    copy, _ = tiny_llama(seed=0)  # same weights, another object: the separate-RM path
+    separate = LoadedLM("tiny-copy", copy, tiny_lm.tokenizer, tiny_lm.device)
+    for guide_lm in (tiny_lm, separate):
+        trace = []
+        generated = args_decode(tiny_lm, RewardGuide(guide_lm, method, ["u", "u"]), prompts, lam=2.0, top_k=4,
+                                max_new_tokens=5, trace=trace)
+        for row, prompt in enumerate(prompts):
+            for step in range(len(generated[row])):
+                candidates, rewards = trace[step]
+                for j in range(candidates.shape[1]):
+                    response = generated[row][:step] + [int(candidates[row, j])]
+                    padded, mask = pad_states(method.features(backbone, [prompt], [response]))
+                    with torch.no_grad():
+                        expected = method.sequence_rewards(padded, mask, method.user_ids(["u"]))[0]
+                    assert abs(float(rewards[row, j]) - float(expected)) <= 1e-4
+
+
+def test_genarm_lora_training_changes_adapters_and_leaves_base_weights():
+    from persalign.rewards.lora import attach_lora
+
+    model, tokenizer = tiny_llama(seed=1)
+    lm = attach_lora(LoadedLM("tiny", model, tokenizer, torch.device("cpu")), rank=8, alpha=16)
+    base_before = {k: v.clone() for k, v in lm.model.named_parameters() if "lora_" not in k}
+    lora_before = {k: v.clone() for k, v in lm.model.named_parameters() if "lora_" in k}
+    backbone = RewardBackbone(lm, "tiny-genarm-lora", trainable=True)
+    method = genarm(64, head_lr=1e-2, backbone_lr=1e-2, epochs=2, patience=5)
+    method.fit(backbone, toy_pairs(lm, 8, 0), None)
+    assert all(torch.equal(v, base_before[k]) for k, v in lm.model.named_parameters() if "lora_" not in k)
+    assert any(not torch.equal(v, lora_before[k]) for k, v in lm.model.named_parameters() if "lora_" in k)
+    assert "bound" not in str(method.state_dict().keys()) and len(method.state_dict()) == 2  # LM head never saved
