@@ -155,3 +155,21 @@ def test_html_report_is_valid_and_embeds_figures(tmp_path, cache_dir):
     assert len(parser.images) == 3 and all(src.startswith("data:image/png;base64,") for src in parser.images)
     rouge = [m for m in store.all_metrics() if m["decoder"] == "Zero-Shot"][0]["rouge1"]
     assert f"{rouge:.2f} ± 0.00" in text
+
+
+def test_genarm_and_pdpo_cells_run_and_report_dashes_where_pdpo_has_no_rm(tmp_path, cache_dir):
+    from persalign.report import build_report
+
+    config = tiny_config("'methods=[{name: genarm}, {name: pdpo}]'".strip("'"), "reward.epochs=3",
+                         "args.selection=fixed", "decoders=[{name: zero_shot}]", "seeds=[0]")
+    store = run(config, tmp_path / "r", log=lambda *_: None)
+    metrics = {m["decoder"]: m for m in store.all_metrics()}
+    assert {"GenARM", "P-DPO"} <= set(metrics)
+    assert "rm_accuracy" not in metrics["P-DPO"] and 0 <= metrics["P-DPO"]["policy_accuracy"] <= 100
+    assert metrics["P-DPO"]["settings"]["training"]["steps"] == 40  # the stated default cap
+    assert 0 <= metrics["GenARM"]["rm_accuracy"] <= 100 and "win_rate" in metrics["GenARM"]
+    pdpo_row = [line for line in build_report(store.root).splitlines() if line.startswith("| P-DPO |")][0]
+    assert pdpo_row.split("|")[2].strip() == "-"  # RM Acc column
+    before = metrics_without_timing(store)
+    again = run(config, tmp_path / "r", log=lambda *_: None)  # resumed: nothing recomputed
+    assert metrics_without_timing(again) == before

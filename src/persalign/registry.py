@@ -86,6 +86,7 @@ _BUILTIN_MODULES = (
     "persalign.rewards.pal",
     "persalign.rewards.vpl",
     "persalign.rewards.genarm",
+    "persalign.rewards.pdpo",
 )
 _loaded = False
 

@@ -20,6 +20,7 @@ from persalign.models.aliases import default_cache_dir
 from persalign.rewards.backbone import RewardBackbone, weights_fingerprint
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
 from persalign.runner.evaluate import run_cell
+from persalign.runner.policy_cells import run_policy_method_cell
 from persalign.runner.reward_cells import (
     RewardCellJob, choose_lambda, evaluate_reward_batch, train_or_load, zero_shot_generations,
 )
@@ -86,8 +87,12 @@ def run_reward_cells(config, store, dataset, split, examples, policy_lm, policy_
             cell = Cell(policy_lm.name, label, seed)
             if store.is_complete(cell):
                 continue
-            backbone, rm_formatter = backbones.get(policy_lm, label, seed, dataset.task)
             model_dir = store.root / "models" / _slug(label) / f"seed-{seed}"
+            if getattr(METHODS.get(method_config.name), "policy_side", False):
+                run_policy_method_cell(cell, method_config, label, decoder_count + index, config, store, dataset,
+                                       split, examples, policy_lm, policy_formatter, metrics, model_dir, log)
+                continue
+            backbone, rm_formatter = backbones.get(policy_lm, label, seed, dataset.task)
             trained = train_or_load(method_config, label, seed, config, dataset, split, backbone, rm_formatter,
                                     model_dir, log)
             if backbone.trainable:

@@ -1,0 +1,250 @@
+"""P-DPO (Li et al. 2024): personalized soft prompts trained with DPO on the policy itself.
+
+Each user u gets n soft tokens s_u = g + o_u (a generic embedding g shared by
+everyone plus a per-user offset o_u; the "unknown user" is g alone),
+prepended to the policy's input embeddings. With the frozen policy as
+reference π_ref, the implicit reward and the loss are
+
+    r_u(x, y) = β [log π_θ(y | s_u, x) − log π_ref(y | x)]
+    DPO_u     = −log σ(r_u(x, y_w) − r_u(x, y_l))
+    L         = α · DPO_{s_u}(known users) + (1 − α) · DPO_{g}(same pairs, generic tokens)
+
+(`dpo_loss` below is written out directly and checked against a hand value
+in tests). n = 8 soft tokens (appendix F). In `reward.mode=frozen` only the
+soft tokens train; in `reward.mode=lora` the policy's PEFT LoRA adapter trains
+too and π_ref is the same model with the adapter disabled. A new user adapts
+only o_u on the support pairs (DPO_{s_u} alone: g is fixed then).
+
+Deployment is plain greedy generation with the user's soft tokens (no RM, no
+ARGS); P-DPO's policy accuracy uses its implicit reward; it has no RM
+accuracy or win rate (its table cells read "-", as in the paper).
+
+Every step back-propagates through the whole policy over prompt + response,
+so on CPU the defaults cap training (`default_max_steps`, adaptation steps),
+stated in the cell's settings.
+
+    persalign run configs/news_category.yaml methods='[{name: pdpo}]'
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from persalign.decoding import Prefill, decode_from, greedy, left_pad
+from persalign.models.loading import decoder_stack
+from persalign.registry import register_method
+from persalign.rewards.method import GENERIC_USER, MethodSettings
+from persalign.rewards.train import PairData, TrainLog
+from persalign.scoring import response_logprobs, right_pad
+
+SOFT_TOKENS = 8
+
+
+def dpo_loss(policy_w, policy_l, reference_w, reference_l, beta: float) -> torch.Tensor:
+    """−log σ(β[(log π_θ(y_w) − log π_ref(y_w)) − (log π_θ(y_l) − log π_ref(y_l))]), batch mean."""
+    return -F.logsigmoid(beta * ((policy_w - reference_w) - (policy_l - reference_l))).mean()
+
+
+def reference_context(lm):
+    """π_ref: the same model with its LoRA adapter switched off (a no-op context when there is none)."""
+    import contextlib
+
+    disable = getattr(lm.model, "disable_adapter", None)
+    return disable() if callable(disable) else contextlib.nullcontext()
+
+
+@register_method("pdpo")
+class PDPO(nn.Module):
+    """Soft-prompt DPO on the policy: deployment = generation with the user's tokens."""
+
+    name, display, personalized = "pdpo", "P-DPO", True
+    policy_side = True  # ranks and generates with the policy itself; no reward model, no ARGS
+    beta, alpha = 0.1, 0.5
+    default_head_lr, default_user_lr = 1e-2, 1e-2
+    default_max_steps, default_batch_size = 40, 8
+    default_adapt_epochs = 6  # for P-DPO: optimisation steps per new user
+
+    def __init__(self, hidden_size: int, settings: MethodSettings):
+        super().__init__()
+        self.hidden_size, self.settings = hidden_size, settings
+        self.users: dict[str, int] = {GENERIC_USER: 0}
+        generator = torch.Generator().manual_seed(settings.seed)
+        self.generic = nn.Parameter(0.02 * torch.randn(SOFT_TOKENS, hidden_size, generator=generator))
+        self.offsets = nn.Parameter(torch.zeros(1, SOFT_TOKENS, hidden_size))
+
+    def add_user(self, user: str) -> int:
+        if user not in self.users:
+            self.users[user] = len(self.users)
+            with torch.no_grad():
+                self.offsets = nn.Parameter(torch.cat([self.offsets.data, self.offsets.new_zeros(1, *self.offsets.shape[1:])]))
+        return self.users[user]
+
+    def user_ids(self, users: list[str]) -> torch.Tensor:
+        return torch.tensor([self.users.get(u, 0) for u in users], dtype=torch.long)
+
+    def soft_tokens(self, users: torch.Tensor, generic: bool = False) -> torch.Tensor:
+        """(B, n, H) soft tokens of each row's user (the generic tokens for unknown users or `generic`)."""
+        if generic:
+            return self.generic.expand(len(users), -1, -1)
+        return self.generic[None] + self.offsets[users]
+
+    # --- log-probabilities with soft tokens ----------------------------------------------------
+    def sequence_logprobs(self, lm, soft: torch.Tensor, prompts, responses) -> torch.Tensor:
+        """Σ_t log π_θ(y_t | s, x, y<t) per row (differentiable in `soft` and any LoRA weights)."""
+        ids, mask = right_pad([p + r for p, r in zip(prompts, responses)], lm.tokenizer.pad_token_id, lm.device)
+        embeddings = lm.model.get_input_embeddings()(ids)
+        n = soft.shape[1]
+        inputs = torch.cat([soft.to(embeddings.dtype).to(embeddings.device), embeddings], dim=1)
+        full_mask = torch.cat([mask.new_ones(len(prompts), n), mask], dim=1)
+        hidden = decoder_stack(lm.model)(inputs_embeds=inputs, attention_mask=full_mask).last_hidden_state
+        rows, cols, targets = [], [], []
+        for row, (p, r) in enumerate(zip(prompts, responses)):
+            rows += [row] * len(r)
+            cols += range(n + len(p) - 1, n + len(p) + len(r) - 1)  # the state before each response token
+            targets += r
+        logits = lm.model.get_output_embeddings()(hidden[rows, cols]).float()
+        picked = torch.log_softmax(logits, -1).gather(1, torch.tensor(targets, device=logits.device)[:, None]).squeeze(1)
+        sums = torch.zeros(len(prompts), device=picked.device).index_add(0, torch.tensor(rows, device=picked.device), picked)
+        return sums
+
+    def reference_logprobs(self, lm, prompts, responses, batch_size: int = 16) -> torch.Tensor:
+        with reference_context(lm):
+            return torch.tensor([float(lp.sum()) for lp in response_logprobs(lm, prompts, responses, batch_size)])
+
+    @torch.no_grad()
+    def implicit_rewards(self, lm, users: list[str], prompts, responses, batch_size: int = 16,
+                         reference: torch.Tensor | None = None) -> np.ndarray:
+        """r_u(x, y) = β [log π_θ(y | s_u, x) − log π_ref(y | x)] per response."""
+        reference = self.reference_logprobs(lm, prompts, responses, batch_size) if reference is None else reference
+        out = []
+        for start in range(0, len(prompts), batch_size):
+            part = slice(start, start + batch_size)
+            soft = self.soft_tokens(self.user_ids(users[part]))
+            out.append(self.sequence_logprobs(lm, soft, prompts[part], responses[part]).cpu())
+        return (self.beta * (torch.cat(out) - reference)).numpy() if out else np.zeros(0)
+
+    # --- learning -------------------------------------------------------------------------------
+    def _train(self, lm, data: PairData, lr_groups: list[dict], steps: int, with_generic: bool) -> TrainLog:
+        reference_w = self.reference_logprobs(lm, data.prompts, data.chosen)
+        reference_l = self.reference_logprobs(lm, data.prompts, data.rejected)
+        optimizer = torch.optim.AdamW(lr_groups)
+        trained = {id(p) for group in lr_groups for p in group["params"]}
+        frozen = [p for p in lm.model.parameters() if p.requires_grad and id(p) not in trained]
+        for p in frozen:  # no gradients for the policy weights that do not train (memory and time)
+            p.requires_grad_(False)
+        try:
+            return self._steps(lm, data, optimizer, steps, with_generic, reference_w, reference_l)
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
+
+    def _steps(self, lm, data, optimizer, steps, with_generic, reference_w, reference_l) -> TrainLog:
+        s = self.settings
+        generator = torch.Generator().manual_seed(s.seed)
+        log, order = TrainLog(), []
+        batch = min(s.batch_size, len(data))
+        while log.steps < steps:
+            if len(order) < batch:
+                order += torch.randperm(len(data), generator=generator).tolist()
+                log.epochs += 1
+            index, order = order[:batch], order[batch:]
+            sub = data.subset(index)
+            users = self.user_ids(sub.users)
+            loss = self._pair_loss(lm, self.soft_tokens(users), sub, reference_w[index], reference_l[index])
+            if with_generic:
+                generic = self._pair_loss(lm, self.soft_tokens(users, generic=True), sub, reference_w[index],
+                                          reference_l[index])
+                loss = self.alpha * loss + (1 - self.alpha) * generic
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            log.steps += 1
+            log.history.append({"step": log.steps, "loss": float(loss.detach())})
+        return log
+
+    def _pair_loss(self, lm, soft, sub: PairData, reference_w, reference_l) -> torch.Tensor:
+        both = self.sequence_logprobs(lm, torch.cat([soft, soft]), sub.prompts * 2, sub.chosen + sub.rejected)
+        return dpo_loss(both[: len(sub)], both[len(sub):], reference_w.to(both.device), reference_l.to(both.device),
+                        self.beta)
+
+    def fit(self, lm, train: PairData, val: PairData | None = None) -> TrainLog:
+        for user in sorted(set(train.users) | set(val.users if val else [])):
+            self.add_user(user)
+        s = self.settings
+        lora = [p for n, p in lm.model.named_parameters() if p.requires_grad and "lora_" in n]
+        groups = [{"params": [self.generic], "lr": s.head_lr}, {"params": [self.offsets], "lr": s.user_lr}]
+        if lora:
+            groups.append({"params": lora, "lr": s.backbone_lr})
+        self.train()
+        log = self._train(lm, train, groups, s.max_steps or s.epochs * max(1, len(train) // s.batch_size), True)
+        self.eval()
+        if val is not None and len(val):
+            w = self.implicit_rewards(lm, val.users, val.prompts, val.chosen)
+            l = self.implicit_rewards(lm, val.users, val.prompts, val.rejected)
+            log.best_val_accuracy = float(100 * np.mean(w > l))
+        return log
+
+    def adapt(self, lm, user: str, support: PairData) -> TrainLog | None:
+        """o_u = argmin DPO_{s_u} on the support pairs; g and the policy stay fixed."""
+        index = self.add_user(user)
+        if len(support) == 0:
+            return None
+        self.generic.requires_grad_(False)
+        hook = self.offsets.register_hook(lambda grad: grad * (torch.arange(len(grad))[:, None, None] == index))
+        try:
+            return self._train(lm, support, [{"params": [self.offsets], "lr": self.settings.user_lr,
+                                                  "weight_decay": 0.0}], self.settings.adapt_epochs, False)
+        finally:
+            hook.remove()
+            self.generic.requires_grad_(True)
+
+    # --- deployment: generation with the user's soft tokens -------------------------------------
+    @torch.no_grad()
+    def generate(self, lm, users: list[str], prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        ids, mask, _ = left_pad(prompts, lm.tokenizer.pad_token_id, lm.device)
+        soft = self.soft_tokens(self.user_ids(users)).to(lm.device)
+        embeddings = lm.model.get_input_embeddings()(ids)
+        rows, width = ids.shape
+        n = soft.shape[1]
+        inputs = embeddings.new_zeros((rows, width + n, embeddings.shape[-1]))
+        full_mask = mask.new_zeros((rows, width + n))
+        for row, prompt in enumerate(prompts):
+            start = width - len(prompt)  # left padding: soft tokens go right before the prompt
+            inputs[row, :start] = embeddings[row, :start]
+            inputs[row, start : start + n] = soft[row].to(embeddings.dtype)
+            inputs[row, start + n :] = embeddings[row, start:]
+            full_mask[row, start:] = 1
+        positions = (full_mask.cumsum(-1) - 1).clamp(min=0)
+        out = lm.model(inputs_embeds=inputs, attention_mask=full_mask, position_ids=positions, use_cache=True,
+                       logits_to_keep=1)
+        state = Prefill(full_mask, positions, out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), -1),
+                        width + n)
+        return decode_from(lm, state, greedy, max_new_tokens)
+
+    # --- persistence ----------------------------------------------------------------------------
+    def save(self, folder: str | Path) -> None:
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
+                  str(folder / "head.safetensors"))
+        meta = {"method": self.name, "hidden_size": self.hidden_size, "users": self.users,
+                "settings": asdict(self.settings)}
+        (folder / "head.json").write_text(json.dumps(meta, indent=2))
+
+    @classmethod
+    def load(cls, folder: str | Path) -> "PDPO":
+        folder = Path(folder)
+        meta = json.loads((folder / "head.json").read_text())
+        method = cls(meta["hidden_size"], MethodSettings(**meta["settings"]))
+        for user in sorted(meta["users"], key=meta["users"].get):
+            method.add_user(user)
+        method.load_state_dict(load_file(str(folder / "head.safetensors")))
+        return method.eval()
