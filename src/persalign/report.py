@@ -11,6 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from persalign.analysis.study import analyse
+from persalign.report_study import study_sections
 from persalign.runner.store import RunStore
 
 # (metric key in metrics.json, column title)
@@ -83,6 +85,7 @@ def build_report(run_dir: str | Path) -> str:
              "scores are means over users of per-user means (×100)."]
     for policy in dict.fromkeys(frame["policy"]):
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]
+    parts += study_sections(analyse(run_dir))
     parts += ["", "## Cost (seconds, summed over seeds) and chosen λ", "", cost_table(frame)]
     ties = frame.groupby("decoder")["policy_ties"].mean()
     if (ties > 0).any():

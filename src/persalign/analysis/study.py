@@ -1,0 +1,150 @@
+"""The selection-crisis analyses, computed only from a run directory's stored rows and metrics.
+
+- Table 2 / Figure 1: RM accuracy vs policy accuracy across reward methods,
+  per policy model (Pearson r, Spearman ρ, Kendall τ, each with a bootstrap CI
+  over adaptation users);
+- Table 6: RM accuracy, policy accuracy and win rate vs ROUGE-1 (same statistics);
+- Table 5: the RM's own win rate over zero-shot vs the ground-truth gain
+  (ROUGE-1 of the method minus zero-shot on the same prompts, and the share of
+  prompts where the method's ROUGE-1 really beats zero-shot);
+- Finding 3: best ICL variant vs best reward method on ROUGE-1 / ROUGE-L /
+  BERTScore-F1, as a paired (same users) bootstrap difference with a CI.
+
+Per-user values average a method's seeds first, so every bootstrap resamples
+users and keeps each user's seeds together.
+
+    python -c "from persalign.analysis.study import analyse; print(analyse('runs/news_category'))"
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from persalign.analysis.bootstrap import correlation_ci, metric_ci, per_user_means
+from persalign.analysis.correlations import STATISTICS
+from persalign.runner.store import Cell, RunStore
+
+REWARD_DEPLOYMENTS = ("args", "soft_prompt", "best_of_n")  # methods with a learnt component
+ICL_DEPLOYMENTS = ("icl", "icl_rag")
+GENERATION_METRICS = (("rouge1", "ROUGE-1"), ("rougeL", "ROUGE-L"), ("bertscore_f1", "BERTScore-F1"))
+# metric key -> per-example row column whose user-macro mean (x100 for rates) is that metric
+ROW_COLUMNS = {"rm_accuracy": ("rm_correct", 100.0), "policy_accuracy": ("policy_correct", 100.0),
+               "win_rate": ("win", 100.0), "rouge1": ("rouge1", 1.0), "rougeL": ("rougeL", 1.0),
+               "bertscore_f1": ("bertscore_f1", 1.0), "rouge1_gain": ("rouge1_gain", 1.0),
+               "true_win_rate": ("true_win", 100.0)}
+
+
+@dataclass
+class MethodResult:
+    label: str
+    policy: str
+    kind: str  # zero_shot, icl, icl_rag, args, soft_prompt, best_of_n
+    index: int
+    seeds: int
+    user_means: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> {user: value}
+
+    def mean(self, metric: str) -> float:
+        values = self.user_means.get(metric)
+        return float(np.mean(list(values.values()))) if values else float("nan")
+
+
+def _rows_with_gain(rows: list[dict], zero_shot: dict[str, float]) -> list[dict]:
+    """Add the ground-truth gain over zero-shot on the same prompt (ROUGE-1 points, and a strict win)."""
+    out = []
+    for row in rows:
+        row = dict(row)
+        if row.get("rouge1") is not None and row["id"] in zero_shot:
+            row["rouge1_gain"] = row["rouge1"] - zero_shot[row["id"]]
+            row["true_win"] = float(row["rouge1"] > zero_shot[row["id"]])
+        out.append(row)
+    return out
+
+
+def load_results(run_dir: str | Path) -> dict[str, list[MethodResult]]:
+    """Per policy model, every method / baseline with its seed-averaged per-user metric values."""
+    store = RunStore(run_dir)
+    metrics = store.all_metrics()
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for m in metrics:
+        grouped[(m["policy"], m["decoder"])].append(m)
+    zero_shot: dict[str, dict[str, float]] = defaultdict(dict)
+    for (policy, _), cells in grouped.items():
+        for m in cells:
+            if m.get("decoder_name") == "zero_shot":
+                for row in store.read_rows(Cell(policy, m["decoder"], m["seed"])):
+                    if row.get("rouge1") is not None:
+                        zero_shot[policy][row["id"]] = row["rouge1"]
+    results: dict[str, list[MethodResult]] = defaultdict(list)
+    for (policy, label), cells in grouped.items():
+        result = MethodResult(label, policy, cells[0].get("decoder_name", "?"), cells[0].get("decoder_index", 0),
+                              len(cells))
+        per_seed: dict[str, list[dict[str, float]]] = defaultdict(list)
+        for m in cells:
+            rows = _rows_with_gain(store.read_rows(Cell(policy, label, m["seed"])), zero_shot[policy])
+            for metric, (column, scale) in ROW_COLUMNS.items():
+                if rows and any(column in r for r in rows):
+                    per_seed[metric].append({u: scale * v for u, v in per_user_means(rows, column).items()})
+        for metric, seeds in per_seed.items():
+            users = sorted(set.intersection(*(set(s) for s in seeds)))
+            result.user_means[metric] = {u: float(np.mean([s[u] for s in seeds])) for u in users}
+        results[policy].append(result)
+    for policy in results:
+        results[policy].sort(key=lambda r: (r.index, r.label))
+    return dict(results)
+
+
+def correlation_table(methods: list[MethodResult], x: str, y: str, n_boot: int, seed: int) -> dict:
+    """{statistic: correlation_ci result} across the methods that have both metrics."""
+    usable = [m for m in methods if m.user_means.get(x) and m.user_means.get(y)]
+    if len(usable) < 1:
+        return {s: None for s in STATISTICS}
+    means_x = [m.user_means[x] for m in usable]
+    means_y = [m.user_means[y] for m in usable]
+    return {s: correlation_ci(means_x, means_y, s, n_boot=n_boot, seed=seed) for s in STATISTICS}
+
+
+def paired_difference(a: MethodResult, b: MethodResult, metric: str, n_boot: int, seed: int) -> dict | None:
+    """Mean over users of a − b on the same users, with a bootstrap CI (users resampled)."""
+    ua, ub = a.user_means.get(metric, {}), b.user_means.get(metric, {})
+    users = sorted(set(ua) & set(ub))
+    if not users:
+        return None
+    return metric_ci({u: ua[u] - ub[u] for u in users}, n_boot=n_boot, seed=seed)
+
+
+@dataclass
+class PolicyAnalysis:
+    policy: str
+    methods: list[MethodResult]
+    rm_vs_policy: dict
+    vs_rouge: dict[str, dict]  # metric -> correlation table with ROUGE-1 (Table 6)
+    win_vs_gain: dict
+    best_icl: MethodResult | None
+    best_reward: MethodResult | None
+    icl_minus_reward: dict[str, dict | None]
+    cis: dict[str, dict[str, dict]]  # label -> metric -> metric_ci
+
+
+def analyse_policy(policy: str, methods: list[MethodResult], n_boot: int = 1000, seed: int = 0) -> PolicyAnalysis:
+    reward = [m for m in methods if m.kind in REWARD_DEPLOYMENTS]
+    icl = [m for m in methods if m.kind in ICL_DEPLOYMENTS]
+    vs_rouge = {x: correlation_table(reward, x, "rouge1", n_boot, seed)
+                for x in ("rm_accuracy", "policy_accuracy", "win_rate")}
+    by_rouge = lambda group: max(group, key=lambda m: m.mean("rouge1")) if group else None  # noqa: E731
+    best_icl, best_reward = by_rouge([m for m in icl if m.user_means.get("rouge1")]), \
+        by_rouge([m for m in reward if m.user_means.get("rouge1")])
+    differences = {metric: (paired_difference(best_icl, best_reward, metric, n_boot, seed)
+                            if best_icl and best_reward else None) for metric, _ in GENERATION_METRICS}
+    cis = {m.label: {metric: metric_ci(values, n_boot=n_boot, seed=seed)
+                     for metric, values in m.user_means.items() if values} for m in methods}
+    return PolicyAnalysis(policy, methods, correlation_table(reward, "rm_accuracy", "policy_accuracy", n_boot, seed),
+                          vs_rouge, correlation_table(reward, "win_rate", "rouge1_gain", n_boot, seed),
+                          best_icl, best_reward, differences, cis)
+
+
+def analyse(run_dir: str | Path, n_boot: int = 1000, seed: int = 0) -> list[PolicyAnalysis]:
+    return [analyse_policy(policy, methods, n_boot, seed) for policy, methods in load_results(run_dir).items()]

@@ -1,0 +1,165 @@
+"""The study sections of a report: Tables 2, 4, 5, 6, Finding 3 and findings sentences.
+
+Every number comes from `analysis.study.analyse(run_dir)` (stored rows only);
+every sentence in "Findings" is generated from those numbers, with its CI.
+Bracketed ranges are 95% bootstrap CIs over adaptation users; correlations
+across few methods get wide intervals, and undefined ones say why.
+
+    persalign report runs/study_news          # includes these sections
+"""
+
+from __future__ import annotations
+
+import math
+
+from persalign.analysis.study import GENERATION_METRICS, REWARD_DEPLOYMENTS, PolicyAnalysis
+
+SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
+
+
+def with_ci(ci: dict | None, digits: int = 2) -> str:
+    if not ci or ci.get("mean") is None or math.isnan(ci["mean"]):
+        return "-"
+    return f"{ci['mean']:.{digits}f} [{ci['low']:.{digits}f}, {ci['high']:.{digits}f}]"
+
+
+def correlation_cell(result: dict | None) -> str:
+    if result is None:
+        return "n/a (no methods with both metrics)"
+    point = result["point"]
+    if point.value is None:
+        return f"n/a ({point.reason})"
+    interval = "CI undefined" if result["low"] is None else f"[{result['low']:+.2f}, {result['high']:+.2f}]"
+    return f"{point.value:+.2f} {interval} (n={point.n})"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
+def _reward_labels(analyses: list[PolicyAnalysis]) -> list[str]:
+    return list(dict.fromkeys(m.label for a in analyses for m in a.methods if m.kind in REWARD_DEPLOYMENTS))
+
+
+def table2(analyses: list[PolicyAnalysis]) -> str:
+    """RM accuracy and policy accuracy per policy model, with the correlations as bottom rows."""
+    header = ["Method", "RM Acc"] + [f"Policy Acc ({a.policy})" for a in analyses]
+    rows = []
+    for label in _reward_labels(analyses):
+        rm = next((a.cis.get(label, {}).get("rm_accuracy") for a in analyses if a.cis.get(label, {}).get("rm_accuracy")),
+                  None)
+        rows.append([label, with_ci(rm)] + [with_ci(a.cis.get(label, {}).get("policy_accuracy")) for a in analyses])
+    for statistic, symbol in SYMBOLS.items():
+        rows.append([symbol, "-"] + [correlation_cell(a.rm_vs_policy.get(statistic)) for a in analyses])
+    return _table(header, rows)
+
+
+def table4(analysis: PolicyAnalysis) -> str:
+    """Ranking accuracy of RMs and adapted policies, methods as columns (ICL: policy accuracy only)."""
+    methods = [m for m in analysis.methods if m.kind in REWARD_DEPLOYMENTS + ("icl", "icl_rag")]
+    header = ["Acc"] + [m.label for m in methods]
+    rows = [[name] + [with_ci(analysis.cis.get(m.label, {}).get(metric)) for m in methods]
+            for name, metric in (("RM", "rm_accuracy"), ("Policy", "policy_accuracy"))]
+    return _table(header, rows)
+
+
+def table5(analyses: list[PolicyAnalysis]) -> str:
+    """The RM's own win rate over zero-shot beside the ground-truth gain (the reward-hacking check)."""
+    header = ["Method"]
+    for a in analyses:
+        header += [f"Win rate ({a.policy})", "ROUGE-1 gain over zero-shot", "ROUGE-1 beats zero-shot (%)"]
+    rows = []
+    for label in _reward_labels(analyses):
+        row = [label]
+        for a in analyses:
+            cis = a.cis.get(label, {})
+            row += [with_ci(cis.get("win_rate"), 1), with_ci(cis.get("rouge1_gain")), with_ci(cis.get("true_win_rate"), 1)]
+        rows.append(row)
+    for statistic, symbol in SYMBOLS.items():
+        row = [f"{symbol} (win rate, gain)"]
+        for a in analyses:
+            row += [correlation_cell(a.win_vs_gain.get(statistic)), "", ""]
+        rows.append(row)
+    return _table(header, rows)
+
+
+def table6(analyses: list[PolicyAnalysis]) -> str:
+    """Correlation of each standard metric with ROUGE-1 across methods, per policy model."""
+    header = ["Policy", "Statistic", "RM Acc", "Policy Acc", "Win Rate"]
+    rows = []
+    for a in analyses:
+        for statistic, symbol in SYMBOLS.items():
+            rows.append([a.policy, f"{symbol} with ROUGE-1"] +
+                        [correlation_cell(a.vs_rouge[x].get(statistic)) for x in ("rm_accuracy", "policy_accuracy",
+                                                                                    "win_rate")])
+    return _table(header, rows)
+
+
+def finding3(analysis: PolicyAnalysis) -> str:
+    if not (analysis.best_icl and analysis.best_reward):
+        return "Finding 3 needs at least one ICL variant and one reward method with generation metrics."
+    header = ["Metric", f"{analysis.best_icl.label}", f"{analysis.best_reward.label}", "Difference [95% CI]"]
+    rows = []
+    for metric, title in GENERATION_METRICS:
+        diff = analysis.icl_minus_reward.get(metric)
+        if diff is None:
+            continue
+        rows.append([title, f"{analysis.best_icl.mean(metric):.2f}", f"{analysis.best_reward.mean(metric):.2f}",
+                     f"{diff['mean']:+.2f} [{diff['low']:+.2f}, {diff['high']:+.2f}]"])
+    return _table(header, rows)
+
+
+def _interval_words(low, high) -> str:
+    if low is None:
+        return "its interval is undefined"
+    if low > 0:
+        return "the whole interval is above 0"
+    if high < 0:
+        return "the whole interval is below 0"
+    return "the interval includes 0"
+
+
+def findings(analyses: list[PolicyAnalysis]) -> list[str]:
+    """Sentences generated from the numbers (never hand-written)."""
+    out = []
+    for a in analyses:
+        kendall = a.rm_vs_policy.get("kendall")
+        if kendall and kendall["point"].value is not None:
+            out.append(f"{a.policy}: RM accuracy vs policy accuracy across {kendall['point'].n} reward methods, "
+                       f"Kendall τ = {kendall['point'].value:+.2f} "
+                       + (f"[{kendall['low']:+.2f}, {kendall['high']:+.2f}]" if kendall["low"] is not None else "")
+                       + f"; {_interval_words(kendall['low'], kendall['high'])}.")
+        elif kendall:
+            out.append(f"{a.policy}: RM vs policy accuracy correlation undefined ({kendall['point'].reason}).")
+        if a.best_icl and a.best_reward:
+            for metric, title in GENERATION_METRICS:
+                diff = a.icl_minus_reward.get(metric)
+                if diff:
+                    out.append(f"{a.policy}: {a.best_icl.label} − best reward method ({a.best_reward.label}), "
+                               f"{title}: {diff['mean']:+.2f} [CI {diff['low']:+.2f}, {diff['high']:+.2f}]; "
+                               f"{_interval_words(diff['low'], diff['high'])}.")
+        wins = [(m.label, m.mean("win_rate"), m.mean("rouge1_gain")) for m in a.methods
+                if m.kind in REWARD_DEPLOYMENTS and m.user_means.get("win_rate")]
+        if wins:
+            label, win, gain = max(wins, key=lambda w: w[1])
+            out.append(f"{a.policy}: the highest own-RM win rate over zero-shot is {label}'s {win:.1f}%, "
+                       f"while its ROUGE-1 gain over zero-shot is {gain:+.2f} points.")
+    return out
+
+
+def study_sections(analyses: list[PolicyAnalysis]) -> list[str]:
+    if not any(m.kind in REWARD_DEPLOYMENTS for a in analyses for m in a.methods):
+        return []
+    parts = ["", "## Table 2: RM accuracy vs policy accuracy (95% CI over users; correlations across methods)", "",
+             table2(analyses)]
+    for a in analyses:
+        parts += ["", f"## Table 4: ranking accuracy of RMs and adapted policies ({a.policy})", "", table4(a)]
+    parts += ["", "## Table 5: own-RM win rate over zero-shot vs the ground-truth gain", "", table5(analyses),
+              "", "## Table 6: standard metrics vs ROUGE-1 across methods", "", table6(analyses)]
+    for a in analyses:
+        parts += ["", f"## Finding 3: best ICL variant vs best reward method ({a.policy})", "", finding3(a)]
+    sentences = findings(analyses)
+    if sentences:
+        parts += ["", "## Findings (generated from the numbers above)", ""] + [f"- {s}" for s in sentences]
+    return parts
