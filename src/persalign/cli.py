@@ -1,6 +1,7 @@
 """The `persalign` command.
 
     persalign run CONFIG [-o OUT] [key=value ...]   evaluate every cell, resumable
+    persalign study CONFIG... [-o DIR] [--quick]    the whole sweep + analyses + reports, resumable
     persalign report RUN_DIR [--format md|html]     tables (and figures) from stored results
     persalign data summary CONFIG [key=value ...]   users, pairs per user, examples
     persalign list                                  what is registered
@@ -24,6 +25,12 @@ def _cmd_run(args) -> None:
     config = load_config(args.config, args.overrides)
     store = run(config, args.output or f"runs/{config.name}")
     print(build_report(store.root))
+
+
+def _cmd_study(args) -> None:
+    from persalign.runner.study import run_study
+
+    run_study(args.configs, args.overrides, args.output, args.quick)
 
 
 def _cmd_report(args) -> None:
@@ -67,6 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", help="run directory (default runs/NAME)")
     run.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     run.set_defaults(handler=_cmd_run)
+
+    study = commands.add_parser("study", help="sweep methods x policy models x seeds, then analyses and reports")
+    study.add_argument("configs", nargs="+", help="one config per data set (YAML file or built-in name)")
+    study.add_argument("-o", "--output", help="study directory (default runs/study-NAME)")
+    study.add_argument("--quick", action="store_true", help="CI-sized variant: one seed, few items, capped training")
+    study.set_defaults(handler=_cmd_study, overrides=[])
 
     report = commands.add_parser("report", help="print and save the tables of a run directory")
     report.add_argument("run_dir", help="a directory written by `persalign run`")

@@ -74,7 +74,7 @@ def _slug(text: str) -> str:
 
 
 def run_reward_cells(config, store, dataset, split, examples, policy_lm, policy_formatter, metrics,
-                     backbones: RewardBackbones, decoder_count: int, log) -> None:
+                     backbones: RewardBackbones, decoder_count: int, log, progress=None) -> None:
     labels = method_labels(config)
     metrics_by_name = dict(zip(config.metrics.names, metrics))
     if "rouge" not in metrics_by_name:
@@ -91,6 +91,8 @@ def run_reward_cells(config, store, dataset, split, examples, policy_lm, policy_
             if getattr(METHODS.get(method_config.name), "policy_side", False):
                 run_policy_method_cell(cell, method_config, label, decoder_count + index, config, store, dataset,
                                        split, examples, policy_lm, policy_formatter, metrics, model_dir, log)
+                if progress:
+                    progress.tick(label)
                 continue
             backbone, rm_formatter = backbones.get(policy_lm, label, seed, dataset.task)
             trained = train_or_load(method_config, label, seed, config, dataset, split, backbone, rm_formatter,
@@ -121,3 +123,5 @@ def run_reward_cells(config, store, dataset, split, examples, policy_lm, policy_
             log(f"{label} | {policy_lm.name} | seed {seed}: λ={choice['lambda']} ({choice['rule']}), "
                 f"RM acc {result['rm_accuracy']:.2f}, policy acc {result['policy_accuracy']:.2f}, "
                 f"ROUGE-1 {result.get('rouge1', float('nan')):.2f}, win rate {result['win_rate']:.2f}")
+            if progress:
+                progress.tick(label)

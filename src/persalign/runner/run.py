@@ -44,6 +44,22 @@ def planned_cells(config: RunConfig, decoders: list) -> list[tuple[Cell, object,
     return cells
 
 
+class Progress:
+    """Cells done out of the whole sweep, with an ETA from the mean time of the cells run so far."""
+
+    def __init__(self, total: int, already_done: int, log):
+        self.total, self.done, self.log = total, already_done, log
+        self.started, self.run_now = time.perf_counter(), 0
+
+    def tick(self, what: str) -> None:
+        self.done += 1
+        self.run_now += 1
+        elapsed = time.perf_counter() - self.started
+        eta = elapsed / self.run_now * (self.total - self.done)
+        self.log(f"progress {self.done}/{self.total} cells ({what}); elapsed {elapsed / 60:.1f} min, "
+                 f"ETA {eta / 60:.1f} min (mean cell time so far)")
+
+
 def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
     if not config.seeds:
         raise ConfigError("seeds: give at least one seed")
@@ -60,6 +76,7 @@ def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
     log(f"run dir {store.root}: {total} cells, {total - len(todo) - len(method_todo)} already complete")
     if not todo and not method_todo:
         return store
+    progress = Progress(total, total - len(todo) - len(method_todo), log)
 
     embedder = load_embedder(config.data.embedder, config.cache_dir)
     dataset = build_dataset(config.data, lambda: embedder)
@@ -86,8 +103,9 @@ def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
             result = run_cell(job, store, examples, settings)
             log(f"[{index}/{len(policy_cells)}] {cell.decoder} | {policy} | seed {cell.seed}: "
                 f"policy acc {result['policy_accuracy']:.2f}, ROUGE-1 {result.get('rouge1', float('nan')):.2f}")
+            progress.tick(cell.decoder)
         if config.methods:
             run_reward_cells(config, store, dataset, split, examples, lm, formatter, metrics, backbones,
-                             len(config.decoders), log)
+                             len(config.decoders), log, progress)
     log(f"finished in {time.perf_counter() - started:.0f} s, peak memory {provenance.peak_memory_mib():.0f} MiB")
     return store
