@@ -2,6 +2,8 @@
 
 import json
 
+import numpy as np
+
 import pytest
 
 from persalign import cli
@@ -10,7 +12,7 @@ from persalign.errors import ConfigError
 from persalign.report import build_report
 from persalign.runner import evaluate
 from persalign.runner.run import run
-from persalign.runner.store import RunStore
+from persalign.runner.store import Cell, RunStore
 
 TINY = [
     "policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]",
@@ -173,3 +175,62 @@ def test_genarm_and_pdpo_cells_run_and_report_dashes_where_pdpo_has_no_rm(tmp_pa
     before = metrics_without_timing(store)
     again = run(config, tmp_path / "r", log=lambda *_: None)  # resumed: nothing recomputed
     assert metrics_without_timing(again) == before
+
+
+def test_best_of_n_cells_share_one_sample_set_and_nested_picks_never_lose_rm_score(tmp_path, cache_dir):
+    config = tiny_config("'methods=[{name: global_rm}, {name: lore}]'".strip("'"), "reward.epochs=3",
+                         "args.enabled=false", "best_of_n.enabled=true", "best_of_n.ns=[1,2,4]",
+                         "decoders=[{name: zero_shot}]", "seeds=[0]")
+    store = run(config, tmp_path / "r", log=lambda *_: None)
+    metrics = {m["decoder"]: m for m in store.all_metrics()}
+    assert set(metrics) == {"Zero-Shot", "Global RM (Best-of-N)", "LoRE (Best-of-N)"}  # no ARGS cells
+    samples = {json.loads(line)["id"]: json.loads(line)["samples"]
+               for line in (store.root / "samples/tiny-llama/seed-0.jsonl").read_text().splitlines()}
+    for label in ("Global RM (Best-of-N)", "LoRE (Best-of-N)"):
+        rows = [json.loads(line) for line in (store.cell_dir(Cell("tiny-llama", label, 0)) / "rows.jsonl")
+                .read_text().splitlines()]
+        for row in rows:
+            assert len(samples[row["id"]]) == 4 and row["generation"] in samples[row["id"]]
+            assert row["rm_score@1"] <= row["rm_score@2"] <= row["rm_score@4"] == row["rm_score"]
+            assert row["rouge1@4"] == row["rouge1"]
+        curve = metrics[label]["settings"]["curves"]["rm_score"]
+        assert list(curve) == ["1", "2", "4"] or list(curve) == [1, 2, 4]
+        assert 0 <= metrics[label]["rm_accuracy"] <= 100
+
+
+def test_pair_only_data_gets_ranking_cells_without_generation(tmp_path, cache_dir):
+    rng = np.random.default_rng(0)
+    lines = []
+    for u in range(8):
+        for k in range(10):
+            text = " ".join(rng.choice(["red", "cat", "sun", "dog"], size=3))
+            bang = u % 2 == 0
+            lines.append(json.dumps({"user": f"u{u}", "prompt": f"post {u}-{k}", "chosen": text + ("!" if bang else "."),
+                                     "rejected": text + ("." if bang else "!")}))
+    path = tmp_path / "prefs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    config = tiny_config("data.dataset=preferences_jsonl", f"data.path={path}", "data.task=chat",
+                         "data.min_items_per_user=5", "'methods=[{name: global_rm}]'".strip("'"), "reward.epochs=3",
+                         "decoders=[{name: zero_shot}]", "seeds=[0]")
+    store = run(config, tmp_path / "r", log=lambda *_: None)
+    metrics = {m["decoder"]: m for m in store.all_metrics()}
+    assert metrics["Zero-Shot"]["examples"] > 0 and 0 <= metrics["Zero-Shot"]["policy_accuracy"] <= 100
+    assert 0 <= metrics["Global RM"]["rm_accuracy"] <= 100 and "win_rate" not in metrics["Global RM"]
+    assert "rouge1" not in metrics["Global RM"]
+    rows = [json.loads(line) for line in (store.cell_dir(Cell("tiny-llama", "Global RM", 0)) / "rows.jsonl")
+            .read_text().splitlines()]
+    assert all(r["generation"] is None and r["reference"] is None for r in rows)
+
+
+def test_report_shows_best_of_n_curves_and_the_rm_accuracy_correlation(tmp_path, cache_dir):
+    config = tiny_config("'methods=[{name: global_rm}, {name: lore}, {name: mpu}]'".strip("'"), "reward.epochs=3",
+                         "args.enabled=false", "best_of_n.enabled=true", "best_of_n.ns=[1,2]",
+                         "decoders=[{name: zero_shot}]", "seeds=[0]")
+    store = run(config, tmp_path / "r", log=lambda *_: None)
+    report = build_report(store.root)
+    assert "## Best-of-N" in report and "ROUGE-1 @N=2" in report
+    rows = [line for line in report.splitlines() if line.startswith("| Kendall τ: RM Acc vs ROUGE-1 @N_max")]
+    assert rows and ("n=3" in rows[0] or "n/a" in rows[0])
+    lore = next(line for line in report.splitlines() if line.startswith("| LoRE (Best-of-N) |"))
+    curve = [m for m in store.all_metrics() if m["decoder"] == "LoRE (Best-of-N)"][0]["settings"]["curves"]["rouge1"]
+    assert f"{curve['2']:.2f}" in lore

@@ -108,6 +108,16 @@ class ArgsConfig:
     selection: str = "auto"  # auto | policy_accuracy | harmonic | fixed
     fixed_lambda: float = 1.0
     validation_size: int = 32  # held-out train-user items for the harmonic-mean rule
+    enabled: bool = True  # deploy every method with ARGS (false: only Best-of-N cells, if enabled)
+
+
+@dataclass
+class BestOfNConfig:
+    """Best-of-N deployment (Personalized RewardBench): nested N from one seeded sample set per policy × seed."""
+
+    enabled: bool = False
+    ns: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
+    temperature: float = 1.0
 
 
 @dataclass
@@ -127,6 +137,7 @@ class RunConfig:
     methods: list[MethodConfig] = field(default_factory=list)  # reward methods, each deployed with ARGS
     reward: RewardConfig = field(default_factory=RewardConfig)
     args: ArgsConfig = field(default_factory=ArgsConfig)
+    best_of_n: BestOfNConfig = field(default_factory=BestOfNConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     device: str = "auto"

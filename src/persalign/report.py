@@ -71,6 +71,18 @@ def cost_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def bon_curves(frame: pd.DataFrame) -> dict[str, dict[str, dict]]:
+    """policy -> Best-of-N label -> metric -> {N: mean over seeds}, from the cells' stored curves."""
+    out: dict[str, dict[str, dict]] = {}
+    for (policy, label), rows in frame.groupby(["policy", "decoder"], sort=False):
+        curves = [s.get("curves") for s in rows["settings"] if isinstance(s, dict) and s.get("curves")]
+        if curves:
+            out.setdefault(policy, {})[label] = {
+                metric: {str(n): float(np.nanmean([c[metric][n] for c in curves if n in c.get(metric, {})]))
+                         for n in curves[0].get(metric, {})} for metric in curves[0]}
+    return out
+
+
 def build_report(run_dir: str | Path) -> str:
     store = RunStore(run_dir)
     frame = results_frame(store)
@@ -85,7 +97,7 @@ def build_report(run_dir: str | Path) -> str:
              "scores are means over users of per-user means (×100)."]
     for policy in dict.fromkeys(frame["policy"]):
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]
-    parts += study_sections(analyse(run_dir))
+    parts += study_sections(analyse(run_dir), bon_curves(frame))
     parts += ["", "## Cost (seconds, summed over seeds) and chosen λ", "", cost_table(frame)]
     ties = frame.groupby("decoder")["policy_ties"].mean()
     if (ties > 0).any():

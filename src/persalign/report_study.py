@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from persalign.analysis.study import GENERATION_METRICS, REWARD_DEPLOYMENTS, PolicyAnalysis
+from persalign.analysis.study import BEST_OF_N, GENERATION_METRICS, REWARD_DEPLOYMENTS, PolicyAnalysis
 
 SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
 
@@ -148,10 +148,37 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
     return out
 
 
-def study_sections(analyses: list[PolicyAnalysis]) -> list[str]:
+def best_of_n_table(analysis: PolicyAnalysis, curves: dict[str, dict]) -> str:
+    """Quality vs N per method (from the cells' stored curves) and RM accuracy vs Best-of-N quality."""
+    methods = [m for m in analysis.methods if m.kind == BEST_OF_N]
+    ns = sorted({int(n) for label in curves for c in curves[label].values() for n in c})
+    header = ["Method", "RM Acc"] + [f"ROUGE-1 @N={n}" for n in ns] + [f"RM score @N={n}" for n in ns]
+    rows = []
+    for m in methods:
+        curve = curves.get(m.label, {})
+        cell = lambda name, n: (f"{curve[name][str(n)]:.2f}" if str(n) in curve.get(name, {})  # noqa: E731
+                                and curve[name][str(n)] == curve[name][str(n)] else "-")
+        rows.append([m.label, with_ci(analysis.cis.get(m.label, {}).get("rm_accuracy"))]
+                    + [cell("rouge1", n) for n in ns] + [cell("rm_score", n) for n in ns])
+    for statistic, symbol in SYMBOLS.items():
+        rows.append([f"{symbol}: RM Acc vs ROUGE-1 @N_max", correlation_cell(analysis.bon_quality.get(statistic))]
+                    + [""] * (2 * len(ns)))
+        rows.append([f"{symbol}: RM Acc vs ROUGE-1 gain (N_max vs 1)",
+                     correlation_cell(analysis.bon_gain.get(statistic))] + [""] * (2 * len(ns)))
+    return _table(header, rows)
+
+
+def study_sections(analyses: list[PolicyAnalysis], curves: dict[str, dict[str, dict]] | None = None) -> list[str]:
+    parts = []
+    for a in analyses:
+        if any(m.kind == BEST_OF_N for m in a.methods):
+            parts += ["", f"## Best-of-N: quality vs N and RM accuracy vs Best-of-N quality ({a.policy})", "",
+                      "Curves are means over users (over seeds); without user references only the RM-score "
+                      "curve exists. The same N_max samples serve every method (nested N).", "",
+                      best_of_n_table(a, (curves or {}).get(a.policy, {}))]
     if not any(m.kind in REWARD_DEPLOYMENTS for a in analyses for m in a.methods):
-        return []
-    parts = ["", "## Table 2: RM accuracy vs policy accuracy (95% CI over users; correlations across methods)", "",
+        return parts
+    parts += ["", "## Table 2: RM accuracy vs policy accuracy (95% CI over users; correlations across methods)", "",
              table2(analyses)]
     for a in analyses:
         parts += ["", f"## Table 4: ranking accuracy of RMs and adapted policies ({a.policy})", "", table4(a)]

@@ -28,14 +28,15 @@ from persalign.analysis.bootstrap import correlation_ci, metric_ci, per_user_mea
 from persalign.analysis.correlations import STATISTICS
 from persalign.runner.store import Cell, RunStore
 
-REWARD_DEPLOYMENTS = ("args", "soft_prompt", "best_of_n")  # methods with a learnt component
+REWARD_DEPLOYMENTS = ("args", "soft_prompt")  # methods with a learnt component, deployed by decoding
+BEST_OF_N = "best_of_n"
 ICL_DEPLOYMENTS = ("icl", "icl_rag")
 GENERATION_METRICS = (("rouge1", "ROUGE-1"), ("rougeL", "ROUGE-L"), ("bertscore_f1", "BERTScore-F1"))
 # metric key -> per-example row column whose user-macro mean (x100 for rates) is that metric
 ROW_COLUMNS = {"rm_accuracy": ("rm_correct", 100.0), "policy_accuracy": ("policy_correct", 100.0),
                "win_rate": ("win", 100.0), "rouge1": ("rouge1", 1.0), "rougeL": ("rougeL", 1.0),
                "bertscore_f1": ("bertscore_f1", 1.0), "rouge1_gain": ("rouge1_gain", 1.0),
-               "true_win_rate": ("true_win", 100.0)}
+               "true_win_rate": ("true_win", 100.0), "bon_gain": ("bon_gain", 1.0)}
 
 
 @dataclass
@@ -60,6 +61,9 @@ def _rows_with_gain(rows: list[dict], zero_shot: dict[str, float]) -> list[dict]
         if row.get("rouge1") is not None and row["id"] in zero_shot:
             row["rouge1_gain"] = row["rouge1"] - zero_shot[row["id"]]
             row["true_win"] = float(row["rouge1"] > zero_shot[row["id"]])
+        steps = sorted(int(k.split("@")[1]) for k in row if k.startswith("rouge1@"))
+        if steps:  # Best-of-N: ROUGE-1 gained from N = 1 to N_max
+            row["bon_gain"] = row[f"rouge1@{steps[-1]}"] - row[f"rouge1@{steps[0]}"]
         out.append(row)
     return out
 
@@ -127,6 +131,8 @@ class PolicyAnalysis:
     best_reward: MethodResult | None
     icl_minus_reward: dict[str, dict | None]
     cis: dict[str, dict[str, dict]]  # label -> metric -> metric_ci
+    bon_quality: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs ROUGE-1 at N_max
+    bon_gain: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs ROUGE-1 gain from N=1 to N_max
 
 
 def analyse_policy(policy: str, methods: list[MethodResult], n_boot: int = 1000, seed: int = 0) -> PolicyAnalysis:
@@ -141,9 +147,12 @@ def analyse_policy(policy: str, methods: list[MethodResult], n_boot: int = 1000,
                             if best_icl and best_reward else None) for metric, _ in GENERATION_METRICS}
     cis = {m.label: {metric: metric_ci(values, n_boot=n_boot, seed=seed)
                      for metric, values in m.user_means.items() if values} for m in methods}
+    bon = [m for m in methods if m.kind == BEST_OF_N]
     return PolicyAnalysis(policy, methods, correlation_table(reward, "rm_accuracy", "policy_accuracy", n_boot, seed),
                           vs_rouge, correlation_table(reward, "win_rate", "rouge1_gain", n_boot, seed),
-                          best_icl, best_reward, differences, cis)
+                          best_icl, best_reward, differences, cis,
+                          correlation_table(bon, "rm_accuracy", "rouge1", n_boot, seed) if bon else {},
+                          correlation_table(bon, "rm_accuracy", "bon_gain", n_boot, seed) if bon else {})
 
 
 def analyse(run_dir: str | Path, n_boot: int = 1000, seed: int = 0) -> list[PolicyAnalysis]:

@@ -27,16 +27,23 @@ from persalign.scoring import logprobs_from_prefill, mean_logprob
 @dataclass(frozen=True)
 class Example:
     comparison: Comparison
-    completion: Completion
+    completion: Completion | None  # None for pair-only data (TL;DR, PRISM, RewardBench): nothing to generate for
 
     @property
     def id(self) -> str:
         return self.comparison.id
 
+    @property
+    def reference(self) -> str | None:
+        return self.completion.reference if self.completion else None
+
 
 def query_examples(dataset, split) -> list[Example]:
+    """Query pairs of the adaptation users; with user completions, only those that have one."""
     comparisons = {c.id: c for c in dataset.comparisons}
     completions = dataset.completion_by_id()
+    if not completions:
+        return [Example(comparisons[i], None) for i in split.query_ids()]
     return [Example(comparisons[i], completions[i]) for i in split.query_ids() if i in completions]
 
 
@@ -50,6 +57,7 @@ class CellJob:
     metrics: list  # metric objects with .score(generations, references)
     batch_size: int
     max_new_tokens: int
+    generate: bool = True  # False for pair-only data: ranking only, no reference to score a generation against
 
 
 def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tuple[list[dict], dict]:
@@ -64,8 +72,10 @@ def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tup
 
     start = time.perf_counter()
     state = prefill(job.lm, prompts)  # one pass over the prompts serves generation and scoring
-    generated = decode_from(job.lm, state, greedy, job.max_new_tokens)
-    generations = [clean_generation(job.lm.tokenizer, ids) for ids in generated]
+    generations = [None] * len(batch)
+    if job.generate:
+        generated = decode_from(job.lm, state, greedy, job.max_new_tokens)
+        generations = [clean_generation(job.lm.tokenizer, ids) for ids in generated]
     timings["generation_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -76,7 +86,8 @@ def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tup
     timings["scoring_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    scores = score_generations(job.metrics, generations, [ex.completion.reference for ex in batch])
+    scores = score_generations(job.metrics, generations, [ex.reference for ex in batch]) if job.generate \
+        else [{} for _ in batch]
     timings["metrics_s"] = time.perf_counter() - start
 
     rows = []
@@ -85,7 +96,7 @@ def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tup
         outcome = pair_outcome(s_chosen, s_rejected)
         rows.append({
             "id": ex.id, "user": ex.comparison.user, "batch": batch_index,
-            "prompt": ex.comparison.prompt, "reference": ex.completion.reference,
+            "prompt": ex.comparison.prompt, "reference": ex.reference,
             "generation": generations[i], "demo_ids": [d.id for d in demos[i]],
             "prompt_tokens": len(prompts[i]),
             "s_chosen": s_chosen, "s_rejected": s_rejected,
@@ -105,15 +116,17 @@ RATE_COLUMNS = {
 
 def summarize(rows: list[dict], score_columns: list[str]) -> dict:
     """Macro (over users) means of every per-example score and rate, plus pooled policy accuracy."""
-    summary = {column: user_macro_mean(rows, column) for column in score_columns}
+    summary = {column: user_macro_mean(rows, column) for column in score_columns
+               if any(r.get(column) is not None for r in rows)}  # pair-only data: no generation scores
     for column, name in RATE_COLUMNS.items():
         if rows and column in rows[0]:
             summary[name] = 100 * user_macro_mean(rows, column)
-    pooled = ranking_accuracy([r["s_chosen"] for r in rows], [r["s_rejected"] for r in rows])
-    summary["policy_accuracy_pooled"] = pooled["accuracy"]
+    if rows and "s_chosen" in rows[0]:
+        pooled = ranking_accuracy([r["s_chosen"] for r in rows], [r["s_rejected"] for r in rows])
+        summary["policy_accuracy_pooled"] = pooled["accuracy"]
     summary["examples"] = len(rows)
     summary["users"] = len({r["user"] for r in rows})
-    summary["empty_generations"] = sum(1 for r in rows if not r["generation"])
+    summary["empty_generations"] = sum(1 for r in rows if r.get("generation") == "")
     return summary
 
 
@@ -132,7 +145,7 @@ def run_cell(job, store: RunStore, examples: list[Example], settings: dict, eval
         store.append(cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
         store.append(cell, "timings.jsonl", [timings])
     rows = store.read_rows(cell)
-    columns = [c for metric in job.metrics for c in metric.columns]
+    columns = [c for metric in job.metrics for c in metric.columns] + list(getattr(job, "extra_columns", ()))
     timings = store.read_jsonl(cell, "timings.jsonl")
     stage_keys = sorted({k for t in timings for k in t if k.endswith("_s")})
     stage_seconds = {key: float(np.sum([t.get(key, 0.0) for t in timings])) for key in stage_keys}

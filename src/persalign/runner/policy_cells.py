@@ -35,6 +35,7 @@ class PolicyCellJob:
     metrics: list
     batch_size: int
     max_new_tokens: int
+    generate: bool = True  # False for pair-only data
 
 
 def policy_model(config, policy_lm, model_dir):
@@ -83,8 +84,10 @@ def evaluate_policy_batch(job: PolicyCellJob, batch, batch_index: int) -> tuple[
     users = [ex.comparison.user for ex in batch]
     prompts = [job.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in batch]
     start = time.perf_counter()
-    generated = job.method.generate(job.lm, users, prompts, job.max_new_tokens)
-    generations = [clean_generation(job.lm.tokenizer, ids) for ids in generated]
+    generations = [None] * len(batch)
+    if job.generate:
+        generated = job.method.generate(job.lm, users, prompts, job.max_new_tokens)
+        generations = [clean_generation(job.lm.tokenizer, ids) for ids in generated]
     timings["generation_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -94,7 +97,8 @@ def evaluate_policy_batch(job: PolicyCellJob, batch, batch_index: int) -> tuple[
     timings["scoring_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    scores = score_generations(job.metrics, generations, [ex.completion.reference for ex in batch])
+    scores = score_generations(job.metrics, generations, [ex.reference for ex in batch]) if job.generate \
+        else [{} for _ in batch]
     timings["metrics_s"] = time.perf_counter() - start
 
     n, rows = len(batch), []
@@ -102,7 +106,7 @@ def evaluate_policy_batch(job: PolicyCellJob, batch, batch_index: int) -> tuple[
         outcome = pair_outcome(implicit[i], implicit[n + i])
         rows.append({
             "id": ex.id, "user": ex.comparison.user, "batch": batch_index,
-            "prompt": ex.comparison.prompt, "reference": ex.completion.reference, "generation": generations[i],
+            "prompt": ex.comparison.prompt, "reference": ex.reference, "generation": generations[i],
             "s_chosen": float(implicit[i]), "s_rejected": float(implicit[n + i]),
             "policy_correct": outcome["correct"], "policy_tie": outcome["tie"], **scores[i],
         })
@@ -114,7 +118,7 @@ def run_policy_method_cell(cell, method_config, label, decoder_index, config, st
     method, lm, info = train_or_load_policy_method(method_config, label, cell.seed, config, dataset, split,
                                                    policy_lm, formatter, model_dir, log)
     job = PolicyCellJob(cell, method, lm, formatter, metrics, config.generation.batch_size,
-                        config.generation.max_new_tokens)
+                        config.generation.max_new_tokens, bool(dataset.completions))
     settings = {"decoder_name": "soft_prompt", "method": method_config.name, "decoder_index": decoder_index,
                 "reward_mode": config.reward.mode, "training": {k: v for k, v in info.items() if k != "history"}}
     result = run_cell(job, store, examples, settings, evaluate_batch=evaluate_policy_batch, seed_dependent=True)

@@ -179,6 +179,7 @@ class RewardCellJob:
     max_new_tokens: int
     zero_shot: dict  # example id -> zero-shot generation (for the win rate)
     logprob_memo: dict = field(default_factory=dict)  # shared by every cell of a policy
+    generate: bool = True  # False for pair-only data: RM and policy accuracy only (no ARGS output, no win rate)
 
 
 def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[list[dict], dict]:
@@ -186,9 +187,11 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
     users = [ex.comparison.user for ex in batch]
     prompts = [job.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in batch]
     start = time.perf_counter()
-    guide = RewardGuide(job.trained.backbone.lm, job.trained.method, users)
-    generated = args_decode(job.policy, guide, prompts, job.lam, job.top_k, job.max_new_tokens)
-    generations = [clean_generation(job.policy.tokenizer, ids) for ids in generated]
+    generations = [None] * len(batch)
+    if job.generate:
+        guide = RewardGuide(job.trained.backbone.lm, job.trained.method, users)
+        generated = args_decode(job.policy, guide, prompts, job.lam, job.top_k, job.max_new_tokens)
+        generations = [clean_generation(job.policy.tokenizer, ids) for ids in generated]
     timings["generation_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
@@ -196,13 +199,15 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
     rejected = [job.formatter.response_ids(ex.comparison.rejected) for ex in batch]
     lp = logprob_sums(job.policy, prompts + prompts, chosen + rejected, job.batch_size, job.logprob_memo)
     seq, prefix_sum = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2, chosen + rejected)
-    zero_shot = [job.zero_shot[ex.id] for ex in batch]
-    gen_seq, _ = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2,
-                                          [job.formatter.response_ids(t) for t in generations + zero_shot])
+    if job.generate:
+        zero_shot = [job.zero_shot[ex.id] for ex in batch]
+        gen_seq, _ = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2,
+                                              [job.formatter.response_ids(t) for t in generations + zero_shot])
     timings["scoring_s"] = time.perf_counter() - start
 
     start = time.perf_counter()
-    scores = score_generations(job.metrics, generations, [ex.completion.reference for ex in batch])
+    scores = score_generations(job.metrics, generations, [ex.reference for ex in batch]) if job.generate \
+        else [{} for _ in batch]
     timings["metrics_s"] = time.perf_counter() - start
 
     n, rows = len(batch), []
@@ -210,18 +215,19 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
         s_w, s_l = lp[i] + job.lam * prefix_sum[i], lp[n + i] + job.lam * prefix_sum[n + i]
         policy = pair_outcome(s_w, s_l)
         rm = pair_outcome(seq[i], seq[n + i])
-        rows.append({
+        row = {
             "id": ex.id, "user": ex.comparison.user, "batch": batch_index,
-            "prompt": ex.comparison.prompt, "reference": ex.completion.reference,
-            "generation": generations[i], "zero_shot_generation": zero_shot[i], "lambda": job.lam,
-            "s_chosen": float(s_w), "s_rejected": float(s_l),
+            "prompt": ex.comparison.prompt, "reference": ex.reference, "generation": generations[i],
+            "lambda": job.lam, "s_chosen": float(s_w), "s_rejected": float(s_l),
             "policy_correct": policy["correct"], "policy_tie": policy["tie"],
             "rm_chosen": float(seq[i]), "rm_rejected": float(seq[n + i]),
-            "rm_correct": rm["correct"], "rm_tie": rm["tie"],
-            "rm_generation": float(gen_seq[i]), "rm_zero_shot": float(gen_seq[n + i]),
-            "win": float(gen_seq[i] > gen_seq[n + i]), "win_tie": float(gen_seq[i] == gen_seq[n + i]),
-            **scores[i],
-        })
+            "rm_correct": rm["correct"], "rm_tie": rm["tie"], **scores[i],
+        }
+        if job.generate:
+            row.update({"zero_shot_generation": zero_shot[i], "rm_generation": float(gen_seq[i]),
+                        "rm_zero_shot": float(gen_seq[n + i]), "win": float(gen_seq[i] > gen_seq[n + i]),
+                        "win_tie": float(gen_seq[i] == gen_seq[n + i])})
+        rows.append(row)
     return rows, timings
 
 

@@ -97,7 +97,7 @@ def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
         formatter = PromptFormatter(lm.tokenizer, dataset.task, config.generation.max_prompt_tokens)
         for index, (cell, decoder, decoder_config) in enumerate(policy_cells, 1):
             job = CellJob(cell, decoder, lm, formatter, context, metrics,
-                          config.generation.batch_size, config.generation.max_new_tokens)
+                          config.generation.batch_size, config.generation.max_new_tokens, bool(dataset.completions))
             settings = {"decoder_name": decoder_config.name, "shots": decoder_config.shots,
                         "decoder_index": config.decoders.index(decoder_config), **metric_settings}
             result = run_cell(job, store, examples, settings)
