@@ -57,17 +57,26 @@ def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:
 
 
 def cost_table(frame: pd.DataFrame) -> str:
-    """Seconds per stage, summed over seeds, from the cells' own timing records."""
+    """Seconds per stage, summed over seeds, from the cells' own timing records, with a total row."""
     stages = sorted({k for d in frame["stage_seconds"] for k in d})
-    lines = ["| Policy | Method | " + " | ".join(s.removesuffix("_s") for s in stages) + " | train (fit+adapt) | λ |",
-             "|" + "---|" * (len(stages) + 4)]
+    extra = [("features", "features_s"), ("training", "fit_s"), ("adaptation", "adapt_s")]
+    lines = ["| Policy | Method | " + " | ".join(s.removesuffix("_s") for s in stages)
+             + " | features | training | adaptation | λ choice | λ | training cap |",
+             "|" + "---|" * (len(stages) + 8)]
+    totals = [0.0] * (len(stages) + len(extra) + 1)
     for (policy, label), rows in frame.groupby(["policy", "decoder"], sort=False):
-        totals = [sum(d.get(s, 0.0) for d in rows["stage_seconds"]) for s in stages]
-        training = [r.get("training", {}) for r in rows["settings"]]
-        train_s = sum(t.get("fit_s", 0.0) + t.get("adapt_s", 0.0) for t in training)
-        lams = sorted({r.get("lambda") for r in rows["settings"] if r.get("lambda") is not None})
-        lines.append(f"| {policy} | {label} | " + " | ".join(f"{t:.0f}" for t in totals)
-                     + f" | {train_s:.1f} | {', '.join(f'{x:g}' for x in lams) or '-'} |")
+        settings = [r if isinstance(r, dict) else {} for r in rows["settings"]]
+        training = [r.get("training", {}) for r in settings]
+        values = [sum(d.get(s, 0.0) for d in rows["stage_seconds"]) for s in stages]
+        values += [sum(t.get(key, 0.0) or 0.0 for t in training) for _, key in extra]
+        values.append(sum(r.get("lambda_s", 0.0) for r in settings))
+        totals = [a + b for a, b in zip(totals, values)]
+        lams = sorted({r.get("lambda") for r in settings if r.get("lambda") is not None})
+        caps = sorted({t.get("settings", {}).get("max_steps") for t in training} - {None})
+        lines.append(f"| {policy} | {label} | " + " | ".join(f"{v:.0f}" for v in values)
+                     + f" | {', '.join(f'{x:g}' for x in lams) or '-'} | "
+                     + (f"{caps[0]} steps" if caps else "-") + " |")
+    lines.append(f"| all | total ({sum(totals) / 60:.1f} min) | " + " | ".join(f"{v:.0f}" for v in totals) + " | | |")
     return "\n".join(lines)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 from persalign.errors import ConfigError
 from persalign.models.loading import load_causal_lm
@@ -143,9 +144,11 @@ def _run_args_cell(cell, trained, method_config, label, decoder_index, config, s
     if lambda_path.exists():
         choice = json.loads(lambda_path.read_text())
     else:
+        started = time.perf_counter()
         choice = choose_lambda(config.args, trained, policy_lm, policy_formatter, dataset, split,
                                shared["metrics_by_name"], bool(dataset.completions), config.generation.batch_size,
                                config.generation.max_new_tokens, shared["memo"])
+        choice["seconds"] = time.perf_counter() - started
         lambda_path.parent.mkdir(parents=True, exist_ok=True)
         lambda_path.write_text(json.dumps(choice, indent=2))
     generate = bool(dataset.completions)
@@ -156,7 +159,8 @@ def _run_args_cell(cell, trained, method_config, label, decoder_index, config, s
                         metrics, config.generation.batch_size, config.generation.max_new_tokens, shared["zero_shot"],
                         shared["memo"], generate)
     settings = {"decoder_name": "args", "method": method_config.name, "decoder_index": decoder_index,
-                "lambda": choice["lambda"], "lambda_rule": choice["rule"], "top_k": config.args.top_k,
+                "lambda": choice["lambda"], "lambda_rule": choice["rule"], "lambda_s": choice.get("seconds", 0.0),
+                "top_k": config.args.top_k,
                 "reward_mode": config.reward.mode, "training": {k: v for k, v in trained.log.items()
                                                                  if k != "history"}}
     result = run_cell(job, store, examples, settings, evaluate_batch=evaluate_reward_batch, seed_dependent=True)
