@@ -40,7 +40,7 @@ def figure_rm_vs_policy(frame: pd.DataFrame) -> str | None:
     policies = list(dict.fromkeys(frame["policy"]))
     fig, axes = plt.subplots(1, len(policies), figsize=(5 * len(policies), 4), squeeze=False)
     for ax, policy in zip(axes[0], policies):
-        sub = frame[(frame["policy"] == policy) & frame["rm_accuracy"].notna()]
+        sub = frame[(frame["policy"] == policy) & frame["rm_accuracy"].notna() & frame["policy_accuracy"].notna()]
         means = sub.groupby("decoder")[["rm_accuracy", "policy_accuracy"]].mean()
         ax.scatter(means["rm_accuracy"], means["policy_accuracy"])
         for label, row in means.iterrows():
@@ -58,18 +58,33 @@ def figure_rm_vs_policy(frame: pd.DataFrame) -> str | None:
 
 
 def figure_generation(frame: pd.DataFrame) -> str | None:
-    metrics = [m for m in ("rouge1", "rougeL", "bertscore_f1") if m in frame]
+    """A dot plot per metric: one row per method, one marker per policy model; ICL variants in orange."""
+    metrics = [m for m in ("rouge1", "rougeL", "bertscore_f1") if m in frame and frame[m].notna().any()]
     if not metrics:
         return None
+    kinds = {row["decoder"]: (row["settings"] or {}).get("decoder_name", "") for _, row in frame.iterrows()}
     means = frame.groupby(["decoder", "policy"], sort=False)[metrics].mean().reset_index()
-    fig, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 4), squeeze=False)
+    labels = [label for label in dict.fromkeys(frame.sort_values("decoder_index")["decoder"])
+              if means.loc[means["decoder"] == label, metrics].notna().any().any()]
+    policies = list(dict.fromkeys(frame["policy"]))
+    markers = "osD^v<>P*X"
+    colours = {"icl": "tab:orange", "icl_rag": "tab:red", "zero_shot": "tab:gray"}
+    fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 0.35 * len(labels) + 1.5),
+                             squeeze=False, sharey=True)
     for ax, metric in zip(axes[0], metrics):
-        for label, rows in means.groupby("decoder", sort=False):
-            style = "-o" if label.startswith("ICL") else "--x"
-            ax.plot(rows["policy"], rows[metric], style, label=label, linewidth=2 if label.startswith("ICL") else 1)
+        for p_index, policy in enumerate(policies):
+            rows = means[means["policy"] == policy].set_index("decoder")
+            for y, label in enumerate(labels):
+                if label in rows.index and pd.notna(rows.loc[label, metric]):
+                    ax.scatter(rows.loc[label, metric], y, marker=markers[p_index % len(markers)],
+                               color=colours.get(kinds.get(label), "tab:blue"),
+                               label=policy if y == 0 or label == labels[0] else None)
+        ax.set_yticks(range(len(labels)), labels, fontsize=8)
+        ax.invert_yaxis()
         ax.set_title(metric)
-        ax.tick_params(axis="x", labelrotation=20)
-    axes[0][-1].legend(fontsize=7, loc="best")
+        ax.grid(axis="x", alpha=0.3)
+    if len(policies) > 1:
+        axes[0][-1].legend(fontsize=7, loc="best", title="policy model")
     return _png(fig)
 
 
