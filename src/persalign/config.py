@@ -80,6 +80,8 @@ class MethodConfig:
     head_lr: float | None = None
     user_lr: float | None = None
     latent_dim: int | None = None
+    max_steps: int | None = None  # training-step cap for this method only (else reward.max_steps, else its default)
+    adapt_epochs: int | None = None  # adaptation epochs (P-DPO: steps) for this method only
 
 
 @dataclass

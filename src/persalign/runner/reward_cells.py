@@ -40,8 +40,10 @@ def method_settings(method_cls, method_config, reward_config, seed: int) -> Meth
         weight_decay=getattr(method_cls, "default_weight_decay", defaults.weight_decay),
         batch_size=getattr(method_cls, "default_batch_size", None) or reward_config.batch_size,
         epochs=reward_config.epochs, patience=reward_config.patience,
-        adapt_epochs=reward_config.adapt_epochs or getattr(method_cls, "default_adapt_epochs", defaults.adapt_epochs),
-        max_steps=reward_config.max_steps or getattr(method_cls, "default_max_steps", None),
+        adapt_epochs=(method_config.adapt_epochs or reward_config.adapt_epochs
+                      or getattr(method_cls, "default_adapt_epochs", defaults.adapt_epochs)),
+        max_steps=(method_config.max_steps or reward_config.max_steps
+                   or getattr(method_cls, "default_max_steps", None)),
         backbone_lr=reward_config.backbone_lr, seed=seed,
     )
 

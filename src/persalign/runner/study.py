@@ -25,7 +25,7 @@ from persalign.config import load_config
 
 QUICK_OVERRIDES = [
     "seeds=[0]", "split.max_query_per_user=3", "data.max_items_per_user=40", "reward.epochs=10",
-    "reward.max_steps=20", "reward.adapt_epochs=20", "args.lambdas=[0,1,10]", "args.validation_size=8",
+    "reward.max_steps=20", "args.lambdas=[0,1,10]", "args.validation_size=8",
     "generation.max_new_tokens=16",
 ]
 
