@@ -24,7 +24,7 @@ from pathlib import Path
 from persalign.config import load_config
 
 QUICK_OVERRIDES = [
-    "seeds=[0]", "split.max_query_per_user=3", "data.max_items_per_user=40", "reward.epochs=10",
+    "seeds=[0]", "split.max_query_per_user=3", "reward.epochs=10",
     "reward.max_steps=20", "args.lambdas=[0,1,10]", "args.validation_size=8",
     "generation.max_new_tokens=16",
 ]
