@@ -37,6 +37,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from torch import nn
+from tqdm.auto import tqdm
 
 from persalign.decoding import Prefill, decode_from, greedy, left_pad
 from persalign.models.loading import decoder_stack
@@ -133,41 +134,50 @@ class PDPO(nn.Module):
 
     # --- learning -------------------------------------------------------------------------------
     def _train(self, lm, data: PairData, lr_groups: list[dict], steps: int, with_generic: bool) -> TrainLog:
-        reference_w = self.reference_logprobs(lm, data.prompts, data.chosen)
-        reference_l = self.reference_logprobs(lm, data.prompts, data.rejected)
         optimizer = torch.optim.AdamW(lr_groups)
         trained = {id(p) for group in lr_groups for p in group["params"]}
         frozen = [p for p in lm.model.parameters() if p.requires_grad and id(p) not in trained]
         for p in frozen:  # no gradients for the policy weights that do not train (memory and time)
             p.requires_grad_(False)
         try:
-            return self._steps(lm, data, optimizer, steps, with_generic, reference_w, reference_l)
+            return self._steps(lm, data, optimizer, steps, with_generic)
         finally:
             for p in frozen:
                 p.requires_grad_(True)
 
-    def _steps(self, lm, data, optimizer, steps, with_generic, reference_w, reference_l) -> TrainLog:
+    def _steps(self, lm, data, optimizer, steps, with_generic) -> TrainLog:
+        """`steps` DPO steps; π_ref log-probs only for the pairs a step uses (capped runs see few pairs)."""
         s = self.settings
+        reference: dict[int, tuple[float, float]] = {}
         generator = torch.Generator().manual_seed(s.seed)
         log, order = TrainLog(), []
         batch = min(s.batch_size, len(data))
+        bar = tqdm(total=steps, desc="P-DPO steps", unit="step", leave=False, disable=steps < 10)
         while log.steps < steps:
             if len(order) < batch:
                 order += torch.randperm(len(data), generator=generator).tolist()
                 log.epochs += 1
             index, order = order[:batch], order[batch:]
             sub = data.subset(index)
+            new = [i for i in dict.fromkeys(index) if i not in reference]
+            if new:
+                part = data.subset(new)
+                both = self.reference_logprobs(lm, part.prompts * 2, part.chosen + part.rejected)
+                reference.update({i: (float(both[k]), float(both[len(new) + k])) for k, i in enumerate(new)})
+            reference_w = torch.tensor([reference[i][0] for i in index])
+            reference_l = torch.tensor([reference[i][1] for i in index])
             users = self.user_ids(sub.users)
-            loss = self._pair_loss(lm, self.soft_tokens(users), sub, reference_w[index], reference_l[index])
+            loss = self._pair_loss(lm, self.soft_tokens(users), sub, reference_w, reference_l)
             if with_generic:
-                generic = self._pair_loss(lm, self.soft_tokens(users, generic=True), sub, reference_w[index],
-                                          reference_l[index])
+                generic = self._pair_loss(lm, self.soft_tokens(users, generic=True), sub, reference_w, reference_l)
                 loss = self.alpha * loss + (1 - self.alpha) * generic
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             log.steps += 1
             log.history.append({"step": log.steps, "loss": float(loss.detach())})
+            bar.update(1)
+        bar.close()
         return log
 
     def _pair_loss(self, lm, soft, sub: PairData, reference_w, reference_l) -> torch.Tensor:
