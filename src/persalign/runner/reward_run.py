@@ -129,7 +129,8 @@ def run_reward_cells(config, store, dataset, split, examples, policy_lm, policy_
                                      config.generation.batch_size)
                 settings = {"decoder_name": "best_of_n", "method": method_config.name,
                             "decoder_index": decoder_count + len(labels) + index, "ns": job.ns,
-                            "temperature": config.best_of_n.temperature}
+                            "temperature": config.best_of_n.temperature, "reward_mode": config.reward.mode,
+                            "training": {k: v for k, v in trained.log.items() if k != "history"}}
                 run_cell(job, store, examples, settings, evaluate_batch=evaluate_bon_batch, seed_dependent=True)
                 result = add_curves(store, bon_cell, job.ns)
                 log(f"{bon_cell.decoder} | {policy_lm.name} | seed {seed}: RM acc {result['rm_accuracy']:.2f}, "
