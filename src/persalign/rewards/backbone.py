@@ -15,6 +15,8 @@ Two modes:
 from __future__ import annotations
 
 import hashlib
+import os
+import time
 from pathlib import Path
 
 import torch
@@ -42,10 +44,15 @@ class RewardBackbone:
         self.key = key
         self.trainable = trainable
         self.batch_size = 16  # prompts per feature forward (reward.feature_batch_size)
-        self.cache_path = None if cache_dir is None or trainable else Path(cache_dir) / "features" / f"{key}.safetensors"
+        # One folder per backbone; each save appends a shard with only the NEW entries. (Rewriting one
+        # growing file per batch wrote 35 GB in a 26-min study and doubled peak memory while saving.)
+        self.cache_path = None if cache_dir is None or trainable else Path(cache_dir) / "features" / key
         self._cache: dict[str, torch.Tensor] = {}
-        if self.cache_path is not None and self.cache_path.exists():
-            self._cache = load_file(str(self.cache_path))
+        self._unsaved: set[str] = set()
+        if self.cache_path is not None:
+            legacy = self.cache_path.with_name(f"{key}.safetensors")  # single-file cache of earlier versions
+            for shard in ([legacy] if legacy.exists() else []) + sorted(self.cache_path.glob("shard-*.safetensors")):
+                self._cache.update(load_file(str(shard)))
 
     @property
     def hidden_size(self) -> int:
@@ -63,6 +70,7 @@ class RewardBackbone:
             with torch.no_grad():
                 computed = self._forward([prompts[i] for i in index], [responses[i] for i in index], batch_size)
             self._cache.update({k: s.contiguous() for (k, _), s in zip(missing, computed)})
+            self._unsaved.update(k for k, _ in missing)
             self._save()
         return [self._cache[k] for k in keys]
 
@@ -113,12 +121,14 @@ class RewardBackbone:
         return out
 
     def _save(self) -> None:
-        if self.cache_path is None:
+        if self.cache_path is None or not self._unsaved:
             return
-        self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.cache_path.with_name(self.cache_path.name + ".tmp")
-        save_file(self._cache, str(tmp))
-        tmp.replace(self.cache_path)
+        self.cache_path.mkdir(parents=True, exist_ok=True)
+        name = f"shard-{time.time_ns()}-{os.getpid()}.safetensors"
+        tmp = self.cache_path / (name + ".tmp")  # a torn write never matches the shard-*.safetensors glob
+        save_file({k: self._cache[k] for k in sorted(self._unsaved)}, str(tmp))
+        tmp.replace(self.cache_path / name)
+        self._unsaved.clear()
 
 
 def weights_fingerprint(model) -> str:
