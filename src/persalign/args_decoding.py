@@ -82,6 +82,14 @@ def keep_chosen(cache, past: int, choice: torch.Tensor) -> None:
             setattr(layer, name, tensor[:, :, : past + 1])
 
 
+def record_step(trace: list, rows: int, live: torch.Tensor, candidates: torch.Tensor, rewards: torch.Tensor) -> None:
+    """Candidates and their prefix rewards of one step, at each row's ORIGINAL index (finished rows: 0)."""
+    full = torch.zeros((rows, candidates.shape[1]), dtype=candidates.dtype, device=candidates.device)
+    full_rewards = torch.zeros((rows, candidates.shape[1]), device=candidates.device)
+    full[live], full_rewards[live] = candidates, rewards
+    trace.append((full, full_rewards))
+
+
 def select_rows(cache, index: torch.Tensor) -> None:
     for layer in cache.layers:
         layer.keys = layer.keys.index_select(0, index)
@@ -127,10 +135,7 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
         candidate_prefix, rewards = guide.method.candidate_rewards(states.float(), users, pool)  # (rows, k) each
         choice = (top_logprobs + lam * candidate_prefix).argmax(dim=-1)
         if trace is not None:
-            full = torch.zeros((len(prompts), top_k), dtype=candidates.dtype, device=candidates.device)
-            full_rewards = torch.zeros((len(prompts), top_k), device=candidates.device)
-            full[live], full_rewards[live] = candidates, candidate_prefix
-            trace.append((full, full_rewards))
+            record_step(trace, len(prompts), live, candidates, candidate_prefix)
         pool.commit(rewards.gather(1, choice[:, None]).squeeze(1))
         keep_chosen(rm_cache, past, choice)
         tokens = rows.push(candidates.gather(1, choice[:, None]).squeeze(1), live)
@@ -192,10 +197,7 @@ def token_level_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam
         candidate_prefix = pool.extend(rewards, guide.method.pooling)
         choice = (top_logprobs + lam * candidate_prefix).argmax(dim=-1)
         if trace is not None:
-            full = torch.zeros((len(prompts), top_k), dtype=candidates.dtype, device=candidates.device)
-            full_rewards = torch.zeros((len(prompts), top_k), device=candidates.device)
-            full[live], full_rewards[live] = candidates, candidate_prefix
-            trace.append((full, full_rewards))
+            record_step(trace, len(prompts), live, candidates, candidate_prefix)
         pool.commit(rewards.gather(1, choice[:, None]).squeeze(1))
         tokens = rows.push(candidates.gather(1, choice[:, None]).squeeze(1), live)
         if rows.done or step == max_new_tokens - 1:

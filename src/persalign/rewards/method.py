@@ -60,6 +60,28 @@ def precompute_features(method, backbone, *datasets) -> None:
         method.features(backbone, prompts, responses)
 
 
+def save_parameters(method: nn.Module, folder: str | Path) -> None:
+    """Any method with name, hidden_size, users and settings: tensors as safetensors, the rest as JSON."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().contiguous().cpu() for k, v in method.state_dict().items()},
+              str(folder / "head.safetensors"))
+    meta = {"method": method.name, "hidden_size": method.hidden_size, "users": method.users,
+            "settings": asdict(method.settings)}
+    (folder / "head.json").write_text(json.dumps(meta, indent=2))
+
+
+def load_parameters(cls, folder: str | Path):
+    """Rebuild a method saved by `save_parameters` (users re-added in their original order; no pickle)."""
+    folder = Path(folder)
+    meta = json.loads((folder / "head.json").read_text())
+    method = cls(meta["hidden_size"], MethodSettings(**meta["settings"]))
+    for user in sorted(meta["users"], key=meta["users"].get):
+        method.add_user(user)
+    method.load_state_dict(load_file(str(folder / "head.safetensors")))
+    return method.eval()
+
+
 def _only_row(grad: torch.Tensor, row: int) -> torch.Tensor:
     """Zero every user's gradient but one: Adam then leaves the other rows exactly as they were."""
     masked = torch.zeros_like(grad)
@@ -189,20 +211,8 @@ class RewardMethod(nn.Module):
 
     # --- persistence (safetensors + JSON, no pickle) ----------------------------------------
     def save(self, folder: str | Path) -> None:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        save_file(tensors, str(folder / "head.safetensors"))
-        meta = {"method": self.name, "hidden_size": self.hidden_size, "users": self.users,
-                "settings": asdict(self.settings)}
-        (folder / "head.json").write_text(json.dumps(meta, indent=2))
+        save_parameters(self, folder)
 
     @classmethod
     def load(cls, folder: str | Path) -> "RewardMethod":
-        folder = Path(folder)
-        meta = json.loads((folder / "head.json").read_text())
-        method = cls(meta["hidden_size"], MethodSettings(**meta["settings"]))
-        for user in sorted(meta["users"], key=meta["users"].get):
-            method.add_user(user)
-        method.load_state_dict(load_file(str(folder / "head.safetensors")))
-        return method.eval()
+        return load_parameters(cls, folder)

@@ -28,21 +28,18 @@ stated in the cell's settings.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 from tqdm.auto import tqdm
 
 from persalign.decoding import Prefill, decode_from, greedy, left_pad
 from persalign.models.loading import decoder_stack
 from persalign.registry import register_method
-from persalign.rewards.method import GENERIC_USER, MethodSettings
+from persalign.rewards.method import GENERIC_USER, MethodSettings, load_parameters, save_parameters
 from persalign.rewards.train import PairData, TrainLog
 from persalign.scoring import response_logprobs, right_pad
 
@@ -239,22 +236,10 @@ class PDPO(nn.Module):
                         width + n)
         return decode_from(lm, state, greedy, max_new_tokens)
 
-    # --- persistence ----------------------------------------------------------------------------
+    # --- persistence (shared with reward methods: safetensors + JSON, no pickle) ---------------
     def save(self, folder: str | Path) -> None:
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()},
-                  str(folder / "head.safetensors"))
-        meta = {"method": self.name, "hidden_size": self.hidden_size, "users": self.users,
-                "settings": asdict(self.settings)}
-        (folder / "head.json").write_text(json.dumps(meta, indent=2))
+        save_parameters(self, folder)
 
     @classmethod
     def load(cls, folder: str | Path) -> "PDPO":
-        folder = Path(folder)
-        meta = json.loads((folder / "head.json").read_text())
-        method = cls(meta["hidden_size"], MethodSettings(**meta["settings"]))
-        for user in sorted(meta["users"], key=meta["users"].get):
-            method.add_user(user)
-        method.load_state_dict(load_file(str(folder / "head.safetensors")))
-        return method.eval()
+        return load_parameters(cls, folder)

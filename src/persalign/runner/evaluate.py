@@ -85,10 +85,7 @@ def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tup
     logprobs = chosen_lp + rejected_lp
     timings["scoring_s"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    scores = score_generations(job.metrics, generations, [ex.reference for ex in batch]) if job.generate \
-        else [{} for _ in batch]
-    timings["metrics_s"] = time.perf_counter() - start
+    scores = score_batch(job.metrics, job.generate, generations, batch, timings)
 
     rows = []
     for i, ex in enumerate(batch):
@@ -104,6 +101,15 @@ def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tup
             **scores[i],
         })
     return rows, timings
+
+
+def score_batch(metrics, generate: bool, generations, batch, timings: dict) -> list[dict]:
+    """Generation metrics against each example's reference (none for pair-only data), timed."""
+    start = time.perf_counter()
+    scores = score_generations(metrics, generations, [ex.reference for ex in batch]) if generate \
+        else [{} for _ in batch]
+    timings["metrics_s"] = time.perf_counter() - start
+    return scores
 
 
 # per-example 0/1 columns -> summary name (×100, macro over users)

@@ -15,12 +15,11 @@ import time
 from dataclasses import dataclass
 
 from persalign.decoding import clean_generation
-from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome
 from persalign.models.loading import load_causal_lm
 from persalign.registry import METHODS
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
-from persalign.runner.evaluate import run_cell
+from persalign.runner.evaluate import run_cell, score_batch
 from persalign.runner.reward_cells import method_settings, pair_data
 
 VALIDATION_PAIRS = 64  # held-out pairs scored after fitting (forward passes only; logged, not used to stop)
@@ -96,10 +95,7 @@ def evaluate_policy_batch(job: PolicyCellJob, batch, batch_index: int) -> tuple[
     implicit = job.method.implicit_rewards(job.lm, users * 2, prompts * 2, chosen + rejected, job.batch_size)
     timings["scoring_s"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    scores = score_generations(job.metrics, generations, [ex.reference for ex in batch]) if job.generate \
-        else [{} for _ in batch]
-    timings["metrics_s"] = time.perf_counter() - start
+    scores = score_batch(job.metrics, job.generate, generations, batch, timings)
 
     n, rows = len(batch), []
     for i, ex in enumerate(batch):

@@ -22,12 +22,12 @@ from tqdm.auto import tqdm
 from persalign.args_decoding import RewardGuide, args_decode
 from persalign.decoding import clean_generation, generate_texts
 from persalign.metrics.ranking import pair_outcome
-from persalign.metrics.generation import score_generations
 from persalign.rewards.backbone import RewardBackbone, pad_states
 from persalign.rewards.lambda_select import best_lambda, harmonic_mean, policy_accuracy_curve
 from persalign.rewards.method import MethodSettings, precompute_features
 from persalign.rewards.train import PairData
 from persalign.registry import METHODS
+from persalign.runner.evaluate import score_batch
 from persalign.scoring import response_logprobs
 
 
@@ -207,10 +207,7 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
                                               [job.formatter.response_ids(t) for t in generations + zero_shot])
     timings["scoring_s"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    scores = score_generations(job.metrics, generations, [ex.reference for ex in batch]) if job.generate \
-        else [{} for _ in batch]
-    timings["metrics_s"] = time.perf_counter() - start
+    scores = score_batch(job.metrics, job.generate, generations, batch, timings)
 
     n, rows = len(batch), []
     for i, ex in enumerate(batch):
