@@ -1,25 +1,30 @@
 """The built-in demonstration data set: eight fictional authors, eight headline styles.
 
-Shipped inside the package so `persalign run demo` works on a fresh machine.
-Made by scripts/make_demo_data.py from hand-written topics.
+Built in code (data/demo_authors.py, seeded) so `persalign run demo` works on
+a fresh machine without any data file; `data.path=FILE.jsonl` swaps in your
+own records in the same schema.
 
     persalign data summary demo
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from persalign.config import DataConfig
+from persalign.data.demo_authors import demo_records
 from persalign.data.writing import UserWriting, load_completions_jsonl
+from persalign.records import UserItem
 from persalign.registry import register_dataset
-
-DEMO_FILE = Path(__file__).parent / "builtin" / "demo_headlines.jsonl"
 
 
 @register_dataset("demo")
 def load_demo(config: DataConfig) -> UserWriting:
     """Eight fictional authors (24 headlines each), each with a distinct style."""
-    writing = load_completions_jsonl(config.path or DEMO_FILE, "demo", config.task or "headline")
+    task = config.task or "headline"
+    if config.path:
+        writing = load_completions_jsonl(config.path, "demo", task)
+    else:
+        items = [UserItem(id=r["id"], user=r["user"], input=r["input"], output=r["output"], date=r["date"])
+                 for r in demo_records()]
+        writing = UserWriting("demo", task, "<built-in>", items, {"records": len(items)})
     writing.name = "demo"
     return writing

@@ -1,16 +1,14 @@
-"""Write the built-in demonstration data set (fictional authors, distinct styles).
+"""The built-in demonstration data, built in code: fictional authors with distinct headline styles.
 
 Each fictional author writes headlines for short news descriptions in one
 consistent, recognisable style; all authors cover the same hand-written topics,
 so Pref-LaMP's hard negative for an item is the same story headlined in another
-author's style. Output: src/persalign/data/builtin/demo_headlines.jsonl
+author's style. Seeded, so every call gives the same 8 x 24 records.
 
-    python scripts/make_demo_data.py
+    python -c "from persalign.data.demo_authors import demo_records; print(demo_records()[0])"
 """
 
-import json
 import random
-from pathlib import Path
 
 # (description, subject, event, quote, three words)
 TOPICS = [
@@ -103,7 +101,8 @@ STYLES = {
 }
 
 
-def main(path=Path(__file__).resolve().parent.parent / "src/persalign/data/builtin/demo_headlines.jsonl"):
+def demo_records() -> list[dict]:
+    """8 authors x 24 items as `{"id", "user", "input", "output", "date"}` (seeded)."""
     rng = random.Random(0)
     lines = []
     for user, style in STYLES.items():
@@ -117,9 +116,4 @@ def main(path=Path(__file__).resolve().parent.parent / "src/persalign/data/built
                 "output": style(description, subject, event, quote, words, n),
                 "date": f"2025-{1 + n // 2:02d}-{1 + t % 28:02d}",
             })
-    path.write_text("".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines))
-    print(f"wrote {len(lines)} items for {len(STYLES)} authors to {path}")
-
-
-if __name__ == "__main__":
-    main()
+    return lines
