@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from persalign.best_of_n import nested_best, sample_responses
 from persalign.metrics.generation import score_generations
@@ -36,18 +36,18 @@ class SampleStore:
     metrics: list
     bon: object  # BestOfNConfig
     max_new_tokens: int
+    loaded: dict = field(default_factory=dict)  # seed -> {example id: record}: the file is read once per seed
 
     def path(self, seed: int):
         return self.root / "samples" / self.policy.name.replace("/", "_") / f"seed-{seed}.jsonl"
 
     def get(self, batch, seed: int) -> list[dict]:
         path = self.path(seed)
-        known = {}
-        if path.exists():
-            for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-                if line.endswith("\n"):
-                    record = json.loads(line)
-                    known[record["id"]] = record
+        if seed not in self.loaded:
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.exists() else []
+            records = [json.loads(line) for line in lines if line.endswith("\n")]  # a torn last line is redrawn
+            self.loaded[seed] = {record["id"]: record for record in records}
+        known = self.loaded[seed]
         missing = [ex for ex in batch if ex.id not in known]
         if missing:
             prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in missing]

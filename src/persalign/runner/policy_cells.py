@@ -20,7 +20,7 @@ from persalign.models.loading import load_causal_lm
 from persalign.registry import METHODS
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
 from persalign.runner.evaluate import run_cell, score_batch
-from persalign.runner.reward_cells import method_settings, pair_data
+from persalign.runner.reward_cells import fit_and_adapt, method_settings, pair_data
 
 VALIDATION_PAIRS = 64  # held-out pairs scored after fitting (forward passes only; logged, not used to stop)
 
@@ -59,22 +59,13 @@ def train_or_load_policy_method(method_config, label, seed, config, dataset, spl
     train = pair_data(dataset, split.train, formatter, split.train_users)
     val = pair_data(dataset, split.heldout, formatter, split.train_users)
     val = val.subset(list(range(0, len(val), max(1, len(val) // VALIDATION_PAIRS)))[:VALIDATION_PAIRS])
-    start = time.perf_counter()
-    fit_log = method.fit(lm, train, val)
-    fit_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for user in split.adapt_users:
-        method.adapt(lm, user, pair_data(dataset, split.support, formatter, [user]))
-    adapt_s = time.perf_counter() - start
-    info = {"fit_s": fit_s, "adapt_s": adapt_s, "epochs": fit_log.epochs, "steps": fit_log.steps,
-            "best_val_accuracy": fit_log.best_val_accuracy, "settings": settings.__dict__,
-            "history": fit_log.history}
+    fit_log, info = fit_and_adapt(method, lm, train, val, dataset, split, formatter)
     method.save(model_dir)
     if config.reward.mode == "lora":
         save_adapter(lm, model_dir / "adapter")
     (model_dir / "train_log.json").write_text(json.dumps(info, indent=2))
     log(f"trained {label} seed {seed}: {fit_log.steps} steps, val acc {fit_log.best_val_accuracy:.2f}, "
-        f"fit {fit_s:.1f}s, adapt {adapt_s:.1f}s")
+        f"fit {info['fit_s']:.1f}s, adapt {info['adapt_s']:.1f}s")
     return method.eval(), lm, info
 
 

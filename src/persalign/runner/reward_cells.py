@@ -68,6 +68,22 @@ class TrainedReward:
     log: dict = field(default_factory=dict)
 
 
+def fit_and_adapt(method, where, train: PairData, val: PairData, dataset, split, formatter):
+    """Fit on the train users, adapt every adaptation user on its support pairs; (fit log, timing + log info).
+
+    `where` is the reward backbone (reward heads) or the policy itself (policy-side methods).
+    """
+    start = time.perf_counter()
+    fit_log = method.fit(where, train, val)
+    fit_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for user in split.adapt_users:
+        method.adapt(where, user, pair_data(dataset, split.support, formatter, [user]))
+    return fit_log, {"fit_s": fit_s, "adapt_s": time.perf_counter() - start, "epochs": fit_log.epochs,
+                     "steps": fit_log.steps, "best_val_accuracy": fit_log.best_val_accuracy,
+                     "settings": method.settings.__dict__, "history": fit_log.history}
+
+
 def train_or_load(method_config, label, seed, config, dataset, split, backbone, formatter, model_dir, log) -> TrainedReward:
     """Fit + adapt, or load what an earlier (possibly interrupted) run saved."""
     method_cls = METHODS.get(method_config.name)
@@ -81,21 +97,12 @@ def train_or_load(method_config, label, seed, config, dataset, split, backbone, 
     start = time.perf_counter()
     precompute_features(method, backbone, train, val)
     features_s = time.perf_counter() - start
-    start = time.perf_counter()
-    fit_log = method.fit(backbone, train, val)
-    fit_s = time.perf_counter() - start
-    start = time.perf_counter()
-    for user in split.adapt_users:
-        method.adapt(backbone, user, pair_data(dataset, split.support, formatter, [user]))
-    adapt_s = time.perf_counter() - start
-    info = {"features_s": features_s, "fit_s": fit_s, "adapt_s": adapt_s, "epochs": fit_log.epochs,
-            "init": getattr(method, "init_note", None),
-            "steps": fit_log.steps, "best_val_accuracy": fit_log.best_val_accuracy,
-            "settings": settings.__dict__, "history": fit_log.history}
+    fit_log, timing = fit_and_adapt(method, backbone, train, val, dataset, split, formatter)
+    info = {"features_s": features_s, "init": getattr(method, "init_note", None), **timing}
     method.save(model_dir)
     (model_dir / "train_log.json").write_text(json.dumps(info, indent=2))
     log(f"trained {label} seed {seed}: {fit_log.epochs} epochs, val acc {fit_log.best_val_accuracy:.2f}, "
-        f"fit {fit_s:.1f}s, adapt {adapt_s:.1f}s")
+        f"fit {info['fit_s']:.1f}s, adapt {info['adapt_s']:.1f}s")
     return TrainedReward(method.eval(), backbone, info)
 
 
