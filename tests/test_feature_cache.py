@@ -18,8 +18,31 @@ def test_feature_cache_appends_shards_with_only_new_entries_and_reloads_them(tin
     shards = sorted(folder.glob("shard-*.safetensors"), key=lambda p: p.stat().st_mtime_ns)
     from safetensors.torch import load_file
 
-    assert len(shards) == 2 and len(load_file(str(shards[0]))) == 3 and len(load_file(str(shards[1]))) == 3
+    def responses_in(shard):  # prompts' last states ride along (see states_before)
+        return [k for k in load_file(str(shard)) if not k.startswith("prompt-")]
+
+    assert len(shards) == 2 and len(responses_in(shards[0])) == 3 and len(responses_in(shards[1])) == 3
     reloaded = RewardBackbone(tiny_lm, "tiny-cache", tmp_path)
-    assert len(reloaded._cache) == 6
+    assert len([k for k in reloaded._cache if not k.startswith("prompt-")]) == 6
     for a, b in zip(states, reloaded.states(data.prompts[:3], data.chosen[:3])):
+        assert torch.equal(a, b)
+
+
+def test_states_before_reuse_the_cached_states_and_equal_a_shifted_forward(tiny_lm, tmp_path):
+    """GenARM's features: [h(x_last), h(y<T)] from the shared cache, no second forward over shifted sequences."""
+    data = toy_pairs(tiny_lm, 6, 0)
+    backbone = RewardBackbone(tiny_lm, "tiny-before", tmp_path)
+    backbone.states(data.prompts, data.chosen)  # what the other methods already computed
+    calls = []
+    forward = backbone._forward_shared_prompts
+    backbone._forward_shared_prompts = lambda *args: calls.append(args) or forward(*args)
+    before = backbone.states_before(data.prompts, data.chosen)
+    assert calls == []
+    shifted = backbone.states([p[:-1] for p in data.prompts],
+                              [[p[-1]] + r[:-1] for p, r in zip(data.prompts, data.chosen)])
+    for a, b in zip(before, shifted):
+        assert a.shape == b.shape and torch.allclose(a, b, atol=1e-4)
+    reloaded = RewardBackbone(tiny_lm, "tiny-before", tmp_path)  # prompt states persist in the shards
+    reloaded._forward_shared_prompts = lambda *args: (_ for _ in ()).throw(AssertionError("recomputed"))
+    for a, b in zip(before, reloaded.states_before(data.prompts, data.chosen)):
         assert torch.equal(a, b)

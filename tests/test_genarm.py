@@ -68,3 +68,27 @@ def test_genarm_lora_training_changes_adapters_and_leaves_base_weights():
     assert all(torch.equal(v, base_before[k]) for k, v in lm.model.named_parameters() if "lora_" not in k)
     assert any(not torch.equal(v, lora_before[k]) for k, v in lm.model.named_parameters() if "lora_" in k)
     assert "bound" not in str(method.state_dict().keys()) and len(method.state_dict()) == 2  # LM head never saved
+
+
+def test_chunked_token_rewards_equal_the_full_log_softmax_in_value_and_gradient(tiny_lm):
+    """Blocks of 3 tokens (re-computed in backward) give the same rewards and head gradients as one block."""
+    backbone = RewardBackbone(tiny_lm, "tiny-genarm")
+    method = genarm(tiny_lm.model.config.hidden_size)
+    with torch.no_grad():
+        method.head.up.normal_(generator=torch.Generator().manual_seed(3))  # a non-trivial ARM
+    data = toy_pairs(tiny_lm, 5, 0)
+    padded, _ = pad_states(method.features(backbone, data.prompts, data.chosen))
+    users = method.user_ids(data.users)
+    hidden, tokens = padded[..., :-1], padded[..., -1].long()
+    reference = method.head.log_probs(hidden).gather(-1, tokens[..., None]).squeeze(-1)
+    reference.sum().backward()
+    expected_grads = [p.grad.clone() for p in method.head.parameters()]
+    method.head.zero_grad()
+    method.head.chunk_tokens = 3
+    chunked = method.token_rewards(padded, users)
+    chunked.sum().backward()
+    assert chunked.shape == tokens.shape and torch.allclose(chunked, reference, atol=1e-5)
+    for p, g in zip(method.head.parameters(), expected_grads):
+        assert torch.allclose(p.grad, g, atol=1e-4)
+    with torch.no_grad():
+        assert torch.allclose(method.token_rewards(padded, users), reference, atol=1e-5)

@@ -95,7 +95,7 @@ class Prefill:
     mask: torch.Tensor
     positions: torch.Tensor
     cache: object
-    logprobs: torch.Tensor  # (rows, vocab) log π(· | prompt)
+    logprobs: torch.Tensor | None  # (rows, vocab) log π(· | prompt); None for a backbone-only prefill
     width: int  # padded prompt length
 
 

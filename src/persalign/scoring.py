@@ -77,7 +77,7 @@ def continue_from_prefill(lm, state, prompt_rows: list[int], responses: list[lis
     mask = torch.cat([state.mask.index_select(0, index), cont_mask], dim=1)
     hidden = decoder_stack_of(lm)(input_ids=ids, attention_mask=mask, position_ids=positions,
                                   past_key_values=state.cache, use_cache=True).last_hidden_state
-    return hidden, state.logprobs.index_select(0, index)
+    return hidden, None if state.logprobs is None else state.logprobs.index_select(0, index)
 
 
 @torch.no_grad()

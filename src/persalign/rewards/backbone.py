@@ -74,6 +74,30 @@ class RewardBackbone:
             self._save()
         return [self._cache[k] for k in keys]
 
+    def states_before(self, prompts: list[list[int]], responses: list[list[int]],
+                      batch_size: int | None = None) -> list[torch.Tensor]:
+        """The state BEFORE each response token, [h(x_last), h(y_1..y_T-1)], for next-token rewards.
+
+        Frozen: assembled from the cached response states and the cached last prompt
+        state, so an autoregressive RM (GenARM) shares the features of every other
+        method instead of a second forward over shifted sequences (9 min per cold study).
+        """
+        if self.trainable:  # gradients flow: one forward over (x[:-1]; x[-1], y<T)
+            shifted = [[p[-1]] + r[:-1] if r else [] for p, r in zip(prompts, responses)]
+            return self.states([p[:-1] for p in prompts], shifted, batch_size)
+        states = self.states(prompts, responses, batch_size)
+        last = self.prompt_states(prompts, batch_size)
+        return [torch.cat([h[None], s[:-1]]) if len(s) else s for h, s in zip(last, states)]
+
+    def prompt_states(self, prompts: list[list[int]], batch_size: int | None = None) -> list[torch.Tensor]:
+        """Hidden state at each prompt's last token (frozen; filled as a by-product of `states`)."""
+        keys = [_prompt_key(p) for p in prompts]
+        missing = list({k: p for k, p in zip(keys, prompts) if k not in self._cache}.values())
+        if missing:
+            self._forward_shared_prompts(missing, [[] for _ in missing], batch_size or self.batch_size)
+            self._save()
+        return [self._cache[k] for k in keys]
+
     def _forward(self, prompts, responses, batch_size) -> list[torch.Tensor]:
         if not self.trainable:
             return self._forward_shared_prompts(prompts, responses, batch_size)
@@ -93,8 +117,10 @@ class RewardBackbone:
 
     @torch.no_grad()
     def _forward_shared_prompts(self, prompts, responses, batch_size) -> list[torch.Tensor]:
-        """Frozen mode: each distinct prompt is run once; its responses continue from its cache."""
-        from persalign.decoding import prefill
+        """Frozen mode: each distinct prompt is run once; its responses continue from its cache.
+
+        The prompt's last hidden state is kept too (see `states_before`).
+        """
         from persalign.scoring import continue_from_prefill
 
         unique: dict[tuple, int] = {}
@@ -106,7 +132,7 @@ class RewardBackbone:
         starts = range(0, len(ordered), batch_size)
         for start in tqdm(starts, desc=f"reward features ({self.key})", unit="batch", leave=False,
                           disable=len(starts) < 4):
-            state = prefill(self.lm, [list(p) for p in ordered[start : start + batch_size]])
+            state = self._prefill_keeping_last_state(ordered[start : start + batch_size])
             members = [i for i, o in enumerate(owners) if start <= o < start + batch_size]
             empty = [i for i in members if not responses[i]]
             members = [i for i in members if responses[i]]
@@ -119,6 +145,20 @@ class RewardBackbone:
             for row, i in enumerate(members):
                 out[i] = hidden[row, : len(responses[i])].float().cpu()
         return out
+
+    def _prefill_keeping_last_state(self, prompts: list[tuple]):
+        """Prefill (cache for the responses) that also records each prompt's last hidden state."""
+        from persalign.decoding import Prefill, left_pad
+
+        ids, mask, positions = left_pad([list(p) for p in prompts], self.lm.tokenizer.pad_token_id, self.lm.device)
+        out = decoder_stack(self.lm.model)(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
+        last = out.last_hidden_state[:, -1].float().cpu()  # left padding: column -1 is every row's last token
+        for p, h in zip(prompts, last):
+            key = _prompt_key(list(p))
+            if key not in self._cache:
+                self._cache[key] = h.clone()
+                self._unsaved.add(key)
+        return Prefill(mask, positions, out.past_key_values, None, ids.shape[1])
 
     def _save(self) -> None:
         if self.cache_path is None or not self._unsaved:
@@ -143,6 +183,10 @@ def weights_fingerprint(model) -> str:
 def _pair_key(prompt: list[int], response: list[int]) -> str:
     digest = hashlib.sha1(bytes(str(prompt), "ascii") + b"|" + bytes(str(response), "ascii")).hexdigest()
     return digest
+
+
+def _prompt_key(prompt: list[int]) -> str:
+    return "prompt-" + hashlib.sha1(bytes(str(list(prompt)), "ascii")).hexdigest()
 
 
 def pad_states(states: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
