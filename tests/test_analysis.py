@@ -19,6 +19,15 @@ def test_ties_are_handled_by_tau_b():
     assert correlate([1, 1, 2, 3], [1, 2, 3, 4], "kendall").value == pytest.approx(5 / (30 ** 0.5))
 
 
+def test_ties_hidden_by_float_rounding_are_still_ties():
+    # 0.1 + 0.2 != 0.3 in floats; the same accuracy reached by different sums must tie (tau-b as above)
+    assert 0.1 + 0.2 != 0.3
+    assert correlate([0.3, 0.1 + 0.2, 2, 3], [1, 2, 3, 4], "kendall").value == pytest.approx(5 / (30 ** 0.5))
+    assert correlate([0.3, 0.1 + 0.2, 2, 3], [1, 2, 3, 4], "spearman").value == pytest.approx(
+        correlate([1, 1, 2, 3], [1, 2, 3, 4], "spearman").value)
+    assert correlate([1.0, 1.0 + 1e-6, 2, 3], [1, 2, 3, 4], "kendall").value == pytest.approx(1.0)  # real gap
+
+
 def test_constant_or_too_few_inputs_say_why_instead_of_nan():
     constant = correlate([1, 2, 3], [5, 5, 5])
     assert constant.value is None and "constant" in constant.reason and "n/a" in str(constant)

@@ -72,6 +72,26 @@ def test_report_has_the_study_tables_and_generated_findings(stored_run):
     assert "ICL-RAG − best reward method (B), ROUGE-1: +9.00" in text
 
 
+def test_figure1_labels_of_near_equal_methods_never_overprint():
+    """The study's cluster: several methods within 1 point of each other on both axes."""
+    import matplotlib.pyplot as plt
+
+    from persalign.report_html import _label_points
+
+    xs, ys = [53.0, 65.4, 68.8, 69.7, 69.2, 69.2, 69.7, 70.5, 70.5, 70.9], \
+        [72.2, 71.8, 72.2, 72.2, 71.8, 71.4, 71.4, 66.7, 65.8, 73.9]
+    labels = ["MPU", "MPU-Avg", "LoRE", "LoRE-Alt", "PAL", "Global RM-v2", "PReF", "Global RM", "GenARM", "VPL"]
+    fig, ax = plt.subplots(figsize=(5, 4))
+    ax.scatter(xs, ys)
+    _label_points(ax, xs, ys, labels)
+    fig.canvas.draw()
+    boxes = [t.get_window_extent() for t in ax.texts]
+    plt.close(fig)
+    assert len(boxes) == len(labels)
+    assert not [(a, b) for i, a in enumerate(labels) for j, b in enumerate(labels)
+                if i < j and boxes[i].overlaps(boxes[j])]
+
+
 def test_tiny_end_to_end_study_writes_reports_index_and_figures(tmp_path, cache_dir):
     from persalign.runner.study import run_study
     from tests.test_runner import TINY

@@ -34,6 +34,41 @@ def _png(fig) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+LABEL_OFFSETS = [(5, 3), (5, -10), (-5, 3), (-5, -10), (5, 12), (5, -19), (-5, 12), (-5, -19), (5, 21), (5, -28)]
+
+
+def _label_points(ax, xs: list[float], ys: list[float], labels: list[str], fontsize: float = 8) -> None:
+    """Name each point at the first nearby offset whose text box hits no other label or point.
+
+    Methods with near-equal accuracies are common (the study has three at 72.22%),
+    so plain annotations overprint; this greedy search keeps every name legible.
+    """
+    ax.autoscale_view()
+    to_points = 72 / ax.figure.dpi
+    anchors = [tuple(p * to_points for p in ax.transData.transform((x, y))) for x, y in zip(xs, ys)]
+    marker = 3.5  # half-width of a scatter marker, in points
+    taken = [(ax_ - marker, ay - marker, ax_ + marker, ay + marker) for ax_, ay in anchors]
+
+    def clear(box):
+        return all(box[2] <= t[0] or t[2] <= box[0] or box[3] <= t[1] or t[3] <= box[1] for t in taken)
+
+    for (ax_, ay), label in sorted(zip(anchors, labels), key=lambda p: (-p[0][1], p[0][0])):
+        width, height = 0.6 * fontsize * len(label), fontsize
+        for dx, dy in LABEL_OFFSETS:
+            left = ax_ + dx if dx > 0 else ax_ + dx - width
+            box = (left, ay + dy, left + width, ay + dy + height)
+            if clear(box):
+                break
+        else:
+            dx, dy = LABEL_OFFSETS[0]
+        taken.append(box)
+        far = abs(dy) > 10
+        ax.annotate(label, ax.transData.inverted().transform((ax_ / to_points, ay / to_points)),
+                    xytext=(dx, dy), textcoords="offset points", fontsize=fontsize,
+                    ha="left" if dx > 0 else "right",
+                    arrowprops={"arrowstyle": "-", "lw": 0.4, "color": "0.5"} if far else None)
+
+
 def figure_rm_vs_policy(frame: pd.DataFrame) -> str | None:
     if "rm_accuracy" not in frame or frame["rm_accuracy"].notna().sum() == 0:
         return None
@@ -43,8 +78,7 @@ def figure_rm_vs_policy(frame: pd.DataFrame) -> str | None:
         sub = frame[(frame["policy"] == policy) & frame["rm_accuracy"].notna() & frame["policy_accuracy"].notna()]
         means = sub.groupby("decoder")[["rm_accuracy", "policy_accuracy"]].mean()
         ax.scatter(means["rm_accuracy"], means["policy_accuracy"])
-        for label, row in means.iterrows():
-            ax.annotate(label, (row["rm_accuracy"], row["policy_accuracy"]), fontsize=8)
+        _label_points(ax, means["rm_accuracy"].tolist(), means["policy_accuracy"].tolist(), list(means.index))
         stats = list(correlate_all(means["rm_accuracy"].values, means["policy_accuracy"].values).values())
         reasons = {s.reason for s in stats}
         if len(reasons) == 1 and None not in reasons:
