@@ -92,3 +92,24 @@ def test_pdpo_lora_training_changes_adapters_and_leaves_base_weights():
 
     expected = torch.tensor([float(lp.sum()) for lp in response_logprobs(base, data.prompts, data.chosen)])
     assert torch.allclose(method.reference_logprobs(lm, data.prompts, data.chosen), expected, atol=1e-4)
+
+
+def test_pairs_back_propagated_a_few_at_a_time_give_the_one_batch_gradient(tiny_lm):
+    """Memory fix: micro-batches of 1 and 3 pairs accumulate exactly the gradient of all 8 pairs at once."""
+    data = opposite_pairs(tiny_lm, {"A": ["a1", "a2"], "B": ["b1", "b2"]}, 2, 0)  # 8 pairs, 4 users
+    grads = []
+    for per_backward in (8, 1, 3):
+        method = pdpo(seed=0)
+        method.pairs_per_backward = per_backward
+        for user in sorted(set(data.users)):
+            method.add_user(user)
+        with torch.no_grad():
+            method.offsets.normal_(0, 0.5, generator=torch.Generator().manual_seed(1))
+        reference = method.reference_logprobs(tiny_lm, data.prompts * 2, data.chosen + data.rejected)
+        loss = method._accumulate_gradients(tiny_lm, data, reference[:8], reference[8:], with_generic=True)
+        grads.append((loss, method.generic.grad.clone(), method.offsets.grad.clone()))
+    (loss, generic, offsets), rest = grads[0], grads[1:]
+    assert generic.abs().sum() > 0 and offsets.abs().sum() > 0
+    for other_loss, other_generic, other_offsets in rest:
+        assert other_loss == pytest.approx(loss, abs=1e-5)
+        assert torch.allclose(other_generic, generic, atol=1e-6) and torch.allclose(other_offsets, offsets, atol=1e-6)

@@ -21,7 +21,10 @@ accuracy or win rate (its table cells read "-", as in the paper).
 
 Every step back-propagates through the whole policy over prompt + response,
 so on CPU the defaults cap training (`default_max_steps`, adaptation steps),
-stated in the cell's settings.
+stated in the cell's settings. A step's pairs go through back-propagation
+`pairs_per_backward` at a time, the personalized and the generic term
+separately, with gradients accumulated (the same gradient as one batch):
+activations of 8 pairs × 2 terms at once took the study to 8+ GB.
 
     persalign run configs/news_category.yaml methods='[{name: pdpo}]'
 """
@@ -68,6 +71,7 @@ class PDPO(nn.Module):
     beta, alpha = 0.1, 0.5
     default_head_lr, default_user_lr = 1e-2, 1e-2
     default_max_steps, default_batch_size = 40, 8
+    pairs_per_backward = 2
     default_adapt_epochs = 6  # for P-DPO: optimisation steps per new user
 
     def __init__(self, hidden_size: int, settings: MethodSettings):
@@ -163,19 +167,29 @@ class PDPO(nn.Module):
                 reference.update({i: (float(both[k]), float(both[len(new) + k])) for k, i in enumerate(new)})
             reference_w = torch.tensor([reference[i][0] for i in index])
             reference_l = torch.tensor([reference[i][1] for i in index])
-            users = self.user_ids(sub.users)
-            loss = self._pair_loss(lm, self.soft_tokens(users), sub, reference_w, reference_l)
-            if with_generic:
-                generic = self._pair_loss(lm, self.soft_tokens(users, generic=True), sub, reference_w, reference_l)
-                loss = self.alpha * loss + (1 - self.alpha) * generic
             optimizer.zero_grad()
-            loss.backward()
+            loss = self._accumulate_gradients(lm, sub, reference_w, reference_l, with_generic)
             optimizer.step()
             log.steps += 1
-            log.history.append({"step": log.steps, "loss": float(loss.detach())})
+            log.history.append({"step": log.steps, "loss": loss})
             bar.update(1)
         bar.close()
         return log
+
+    def _accumulate_gradients(self, lm, sub: PairData, reference_w, reference_l, with_generic: bool) -> float:
+        """Backward of α·DPO_{s_u} + (1 − α)·DPO_g over `sub`, a few pairs and one term at a time; the loss."""
+        users = self.user_ids(sub.users)
+        terms = [(self.alpha if with_generic else 1.0, False)] + ([(1 - self.alpha, True)] if with_generic else [])
+        total = 0.0
+        for start in range(0, len(sub), self.pairs_per_backward):
+            part = list(range(start, min(start + self.pairs_per_backward, len(sub))))
+            share = len(part) / len(sub)  # dpo_loss is a mean over pairs
+            for weight, generic in terms:
+                loss = weight * share * self._pair_loss(lm, self.soft_tokens(users[part], generic=generic),
+                                                        sub.subset(part), reference_w[part], reference_l[part])
+                loss.backward()
+                total += float(loss.detach())
+        return total
 
     def _pair_loss(self, lm, soft, sub: PairData, reference_w, reference_l) -> torch.Tensor:
         both = self.sequence_logprobs(lm, torch.cat([soft, soft]), sub.prompts * 2, sub.chosen + sub.rejected)
