@@ -1,4 +1,4 @@
-"""Shared fixtures: a tiny random Llama built in code, fixture paths, and skip rules.
+"""Shared fixtures: a tiny random Llama built in code, schema fixture files written from code, and skip rules.
 
 Tests marked `needs_models` use the offline model packages (installed by
 `make test`); `needs_real_data` tests read ../shared/data. Both skip, with the
@@ -16,7 +16,6 @@ import torch
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
 
-FIXTURES = Path(__file__).parent / "fixtures"
 REAL_NEWS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "news_category_10k.jsonl"
 
 
@@ -28,6 +27,14 @@ def pytest_collection_modifyitems(config, items):
                                                      "not installed (make install adds them)"))
         if "needs_real_data" in item.keywords and not REAL_NEWS.exists():
             item.add_marker(pytest.mark.skip(reason=f"real data file {REAL_NEWS} not present"))
+
+
+@pytest.fixture(scope="session")
+def fixtures(tmp_path_factory) -> Path:
+    """A folder of small files in each data set's official schema (tests/schema_records.py)."""
+    from tests.schema_records import write_fixture_files
+
+    return write_fixture_files(tmp_path_factory.mktemp("fixtures"))
 
 
 @pytest.fixture(scope="session")

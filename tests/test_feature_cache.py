@@ -46,3 +46,8 @@ def test_states_before_reuse_the_cached_states_and_equal_a_shifted_forward(tiny_
     reloaded._forward_shared_prompts = lambda *args: (_ for _ in ()).throw(AssertionError("recomputed"))
     for a, b in zip(before, reloaded.states_before(data.prompts, data.chosen)):
         assert torch.equal(a, b)
+    older = RewardBackbone(tiny_lm, "tiny-before", tmp_path)  # a cache written before prompt states were kept
+    for key in [k for k in older._cache if k.startswith("prompt-")]:
+        del older._cache[key]
+    for a, b in zip(before, older.states_before(data.prompts, data.chosen)):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -8,15 +8,14 @@ from persalign.config import DataConfig
 from persalign.data.writing import keep_active_users
 from persalign.errors import DataError
 from persalign.registry import DATASETS
-from tests.conftest import FIXTURES
 
 
 def load(name, **kwargs):
     return DATASETS.get(name)(DataConfig(dataset=name, **kwargs))
 
 
-def test_lamp5_profile_and_question_become_user_items():
-    writing = load("lamp", path=str(FIXTURES / "lamp5_dev_questions.json"))
+def test_lamp5_profile_and_question_become_user_items(fixtures):
+    writing = load("lamp", path=str(fixtures / "lamp5_dev_questions.json"))
     assert writing.name == "LaMP_5" and writing.task == "title"
     by_user = {}
     for item in writing.items:
@@ -29,27 +28,27 @@ def test_lamp5_profile_and_question_become_user_items():
     assert any(i.output == "Unicode Rewards: A Café Study ☕" for i in by_user["102"])
 
 
-def test_lamp4_and_lamp7_shapes():
-    lamp4 = load("lamp", path=str(FIXTURES / "lamp4_dev_questions.json"))
+def test_lamp4_and_lamp7_shapes(fixtures):
+    lamp4 = load("lamp", path=str(fixtures / "lamp4_dev_questions.json"))
     assert lamp4.task == "headline"
     park = next(i for i in lamp4.items if i.id == "200/2001")
     assert (park.input, park.output, park.date) == ("A new park opened downtown.", "Park Opens Downtown", "2020-01-01")
-    lamp7 = load("lamp", path=str(FIXTURES / "lamp7_dev_questions.json"))
+    lamp7 = load("lamp", path=str(fixtures / "lamp7_dev_questions.json"))
     style_only = [i for i in lamp7.items if not i.input]
     assert {i.output for i in style_only} == {"coffee first, questions later", "mondays, am i right"}
     assert {i.id for i in lamp7.items if i.input} == {"300/question", "301/question"}  # empty profile is fine
 
 
-def test_news_category_users_are_authors_and_rows_without_author_are_counted():
-    writing = load("news_category", path=str(FIXTURES / "news_small.jsonl"))
+def test_news_category_users_are_authors_and_rows_without_author_are_counted(fixtures):
+    writing = load("news_category", path=str(fixtures / "news_small.jsonl"))
     assert {i.user for i in writing.items} == {"Ann Writer", "Bob Reporter", "Cy Editor"}
     assert writing.notes["records_without_author"] == 1
     item = writing.items[0]
     assert item.input.startswith("Report number 0") and item.output == "Election Night Is Here"
 
 
-def test_min_items_filter_and_cap():
-    writing = load("news_category", path=str(FIXTURES / "news_small.jsonl"))
+def test_min_items_filter_and_cap(fixtures):
+    writing = load("news_category", path=str(fixtures / "news_small.jsonl"))
     kept = keep_active_users(writing, DataConfig(min_items_per_user=4, max_items_per_user=2))
     assert kept.notes["users_kept"] == 3
     assert all(sum(1 for i in kept.items if i.user == u) == 2 for u in {"Ann Writer", "Bob Reporter"})

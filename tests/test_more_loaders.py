@@ -10,31 +10,30 @@ from persalign.config import DataConfig
 from persalign.errors import DataError
 from persalign.prompts import PromptFormatter
 from persalign.registry import DATASETS
-from tests.conftest import FIXTURES
 
 
 def load(name, path, **kwargs):
     return DATASETS.get(name)(DataConfig(dataset=name, path=str(path), **kwargs))
 
 
-def test_tldr_users_are_workers_and_choice_picks_the_chosen_summary():
-    data = load("tldr", FIXTURES / "tldr_comparisons.jsonl")
+def test_tldr_users_are_workers_and_choice_picks_the_chosen_summary(fixtures):
+    data = load("tldr", fixtures / "tldr_comparisons.jsonl")
     assert data.task == "summary" and data.users() == ["w1", "w2", "w3"]
     second = data.comparisons[1]  # choice 1
     assert second.chosen.startswith("A much longer") and second.rejected == "Short summary 1"
     assert "SUBREDDIT: r/cats" in second.prompt and "🐱" in second.prompt
 
 
-def test_tldr_bad_choice_is_reported(tmp_path):
-    record = json.loads((FIXTURES / "tldr_comparisons.jsonl").read_text().splitlines()[0])
+def test_tldr_bad_choice_is_reported(tmp_path, fixtures):
+    record = json.loads((fixtures / "tldr_comparisons.jsonl").read_text().splitlines()[0])
     record["choice"] = 2
     (tmp_path / "bad.jsonl").write_text(json.dumps(record) + "\n")
     with pytest.raises(DataError, match=r"bad.jsonl, record line 1: field 'choice' must be 0 or 1"):
         load("tldr", tmp_path / "bad.jsonl")
 
 
-def test_hub_loading_goes_through_datasets_load_dataset(monkeypatch):
-    rows = [json.loads(line) for line in (FIXTURES / "tldr_comparisons.jsonl").read_text().splitlines()]
+def test_hub_loading_goes_through_datasets_load_dataset(monkeypatch, fixtures):
+    rows = [json.loads(line) for line in (fixtures / "tldr_comparisons.jsonl").read_text().splitlines()]
     calls = []
 
     def fake_load_dataset(name, config=None, split=None):
@@ -47,8 +46,8 @@ def test_hub_loading_goes_through_datasets_load_dataset(monkeypatch):
     assert len(data.comparisons) == 5
 
 
-def test_prism_pairs_context_and_dropped_users(tiny_lm):
-    data = load("prism", FIXTURES / "prism")
+def test_prism_pairs_context_and_dropped_users(tiny_lm, fixtures):
+    data = load("prism", fixtures / "prism")
     ids = [c.id for c in data.comparisons]
     assert ids == ["c0/0/1", "c0/0/2", "c0/1/1", "c3/0/1"]  # the one-response turn gives no pair
     joke = data.comparisons[2]
@@ -59,8 +58,8 @@ def test_prism_pairs_context_and_dropped_users(tiny_lm):
     assert text.index("¿qué tal?") < text.index("Fine, thanks!") < text.index("Tell me a joke.")
 
 
-def test_personalized_rewardbench_keeps_profile_and_never_the_rubric():
-    data = load("personalized_rewardbench", FIXTURES / "personalized_rewardbench.jsonl")
+def test_personalized_rewardbench_keeps_profile_and_never_the_rubric(fixtures):
+    data = load("personalized_rewardbench", fixtures / "personalized_rewardbench.jsonl")
     assert len(data.comparisons) == 3 and len(data.users()) == 2  # the same profile is the same user
     shown = json.dumps([c.__dict__ for c in data.comparisons]) + json.dumps(
         [[i.__dict__ for i in items] for items in data.profiles.values()])

@@ -54,13 +54,11 @@ def _label_points(ax, xs: list[float], ys: list[float], labels: list[str], fonts
 
     for (ax_, ay), label in sorted(zip(anchors, labels), key=lambda p: (-p[0][1], p[0][0])):
         width, height = 0.6 * fontsize * len(label), fontsize
-        for dx, dy in LABEL_OFFSETS:
+        for dx, dy in LABEL_OFFSETS:  # first clear offset; if none is clear, the last (farthest) one
             left = ax_ + dx if dx > 0 else ax_ + dx - width
             box = (left, ay + dy, left + width, ay + dy + height)
             if clear(box):
                 break
-        else:
-            dx, dy = LABEL_OFFSETS[0]
         taken.append(box)
         far = abs(dy) > 10
         ax.annotate(label, ax.transData.inverted().transform((ax_ / to_points, ay / to_points)),

@@ -49,12 +49,13 @@ def undefined_reason(x, y) -> str | None:
 
 
 def snap_ties(values, rtol: float = 1e-9) -> np.ndarray:
-    """Values within `rtol` of their sorted predecessor take its value, so float noise never breaks a tie."""
+    """Runs of sorted values each within `rtol` of the previous take the run's first value (float noise never breaks a tie)."""
     values = np.array(values, dtype=float)
     order = np.argsort(values, kind="stable")
-    for previous, current in zip(order[:-1], order[1:]):
-        if np.isfinite(values[current]) and np.isclose(values[current], values[previous], rtol=rtol, atol=1e-12):
-            values[current] = values[previous]
+    ordered = values[order]
+    starts_run = np.concatenate([[True], ~np.isclose(ordered[1:], ordered[:-1], rtol=rtol, atol=1e-12)])
+    run = np.cumsum(starts_run) - 1
+    values[order] = ordered[np.flatnonzero(starts_run)][run]
     return values
 
 
