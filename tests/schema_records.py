@@ -1,8 +1,11 @@
-"""Tiny hand-written records in each data set's official schema (../shared/data/SCHEMAS.md).
+"""Tiny records in each data set's official schema (../shared/data/SCHEMAS.md), built in code.
 
 The loader tests read them as files; the `fixtures` fixture (conftest.py)
 writes them to a temporary folder, so the repository tracks no data files.
-`.jsonl` entries are lists of records, `.json` entries are the whole document.
+Each builder returns what one file holds: a list of records for `.jsonl`,
+the whole document for `.json`. The odd records (no author, an empty
+profile, a one-response PRISM turn, an unknown PRISM user, unicode) are
+the cases the loader tests check.
 """
 
 from __future__ import annotations
@@ -10,405 +13,125 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-FILES = {'lamp4_dev_outputs.json': {'task': 'LaMP_4',
-                            'golds': [{'id': '200', 'output': 'Mayor Opens Park'},
-                                      {'id': '201', 'output': 'storm batters coast'}]},
- 'lamp4_dev_questions.json': [{'id': '200',
-                               'input': 'Generate a headline for the following article: The mayor opened a park.',
-                               'profile': [{'id': '2001',
-                                            'title': 'Park Opens Downtown',
-                                            'text': 'A new park opened downtown.',
-                                            'date': '2020-01-01'},
-                                           {'id': '2002',
-                                            'title': 'Library Hours Extended',
-                                            'text': 'The library is open longer.',
-                                            'date': '2020-02-01'}]},
-                              {'id': '201',
-                               'input': 'Generate a headline for the following article: Storm hits coast.',
-                               'profile': [{'id': '2011',
-                                            'title': 'storm warning issued',
-                                            'text': 'A storm is coming to the coast.'}]}],
- 'lamp5_dev_outputs.json': {'task': 'LaMP_5',
-                            'golds': [{'id': '100', 'output': 'Query Title of u1'},
-                                      {'id': '101', 'output': 'Query Title of u2'},
-                                      {'id': '102', 'output': 'Query Title of u3'}]},
- 'lamp5_dev_questions.json': [{'id': '100',
-                               'input': 'Generate a title for the following abstract of a paper: Query abstract of '
-                                        'u1 about learning.',
-                               'profile': [{'id': '1000',
-                                            'title': 'Message Passing for Molecules',
-                                            'abstract': 'We study graph neural networks for molecule property '
-                                                        'prediction.'},
-                                           {'id': '1001',
-                                            'title': 'MolBench: Benchmarking Molecular Graphs',
-                                            'abstract': 'A new benchmark for molecular graph learning is '
-                                                        'proposed.'},
-                                           {'id': '1002',
-                                            'title': 'On Over-Smoothing in Deep GNNs',
-                                            'abstract': 'We analyse over-smoothing in deep graph networks.'}]},
-                              {'id': '101',
-                               'input': 'Generate a title for the following abstract of a paper: Query abstract of '
-                                        'u2 about learning.',
-                               'profile': [{'id': '1010',
-                                            'title': 'attention folds proteins',
-                                            'abstract': 'Transformers are applied to protein folding with '
-                                                        'attention maps.'},
-                                           {'id': '1011',
-                                            'title': 'less data, same model',
-                                            'abstract': 'A recipe for training language models with less data.'},
-                                           {'id': '1012',
-                                            'title': 'tokenizing the genome',
-                                            'abstract': 'We describe a tokenizer for DNA sequences.'}]},
-                              {'id': '102',
-                               'input': 'Generate a title for the following abstract of a paper: Query abstract of '
-                                        'u3 about learning.',
-                               'profile': [{'id': '1020',
-                                            'title': 'Grasping in Clutter via Deep RL: A Study',
-                                            'abstract': 'Reinforcement learning for robot grasping in clutter.'},
-                                           {'id': '1021',
-                                            'title': 'Sim-to-Real Locomotion: Lessons Learned',
-                                            'abstract': 'Sim-to-real transfer of legged locomotion policies.'},
-                                           {'id': '1022',
-                                            'title': 'Unicode Rewards: A Café Study ☕',
-                                            'abstract': "Émile's café ☕ study: unicode in reward models."}]}],
- 'lamp7_dev_outputs.json': {'task': 'LaMP_7',
-                            'golds': [{'id': '300', 'output': 'need sleep badly'},
-                                      {'id': '301', 'output': 'what a match!!'}]},
- 'lamp7_dev_questions.json': [{'id': '300',
-                               'input': 'Paraphrase the following tweet without any explanation before or after '
-                                        'it: so tired today',
-                               'profile': [{'id': '3001', 'text': 'coffee first, questions later'},
-                                           {'id': '3002', 'text': 'mondays, am i right'}]},
-                              {'id': '301',
-                               'input': 'Paraphrase the following tweet without any explanation before or after '
-                                        'it: great game tonight',
-                               'profile': []}],
- 'news_small.jsonl': [{'link': 'https://example.org/Ann0',
-                       'headline': 'Election Night Is Here',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 0 on election night by Ann.',
-                       'authors': 'Ann Writer',
-                       'date': '2022-01-01'},
-                      {'link': 'https://example.org/Ann1',
-                       'headline': 'Heat Wave Is Here',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 1 on heat wave by Ann.',
-                       'authors': 'Ann Writer',
-                       'date': '2022-02-01'},
-                      {'link': 'https://example.org/Ann2',
-                       'headline': 'New Stadium Is Here',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 2 on new stadium by Ann.',
-                       'authors': 'Ann Writer',
-                       'date': '2022-03-01'},
-                      {'link': 'https://example.org/Ann3',
-                       'headline': 'Vaccine Rollout Is Here',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 3 on vaccine rollout by Ann.',
-                       'authors': 'Ann Writer',
-                       'date': '2022-04-01'},
-                      {'link': 'https://example.org/Bob0',
-                       'headline': 'why Election Night matters',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 0 on election night by Bob.',
-                       'authors': 'Bob Reporter',
-                       'date': '2022-01-01'},
-                      {'link': 'https://example.org/Bob1',
-                       'headline': 'why Heat Wave matters',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 1 on heat wave by Bob.',
-                       'authors': 'Bob Reporter',
-                       'date': '2022-02-01'},
-                      {'link': 'https://example.org/Bob2',
-                       'headline': 'why New Stadium matters',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 2 on new stadium by Bob.',
-                       'authors': 'Bob Reporter',
-                       'date': '2022-03-01'},
-                      {'link': 'https://example.org/Bob3',
-                       'headline': 'why Vaccine Rollout matters',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 3 on vaccine rollout by Bob.',
-                       'authors': 'Bob Reporter',
-                       'date': '2022-04-01'},
-                      {'link': 'https://example.org/Cy 0',
-                       'headline': 'Election Night: What We Know',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 0 on election night by Cy.',
-                       'authors': 'Cy Editor',
-                       'date': '2022-01-01'},
-                      {'link': 'https://example.org/Cy 1',
-                       'headline': 'Heat Wave: What We Know',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 1 on heat wave by Cy.',
-                       'authors': 'Cy Editor',
-                       'date': '2022-02-01'},
-                      {'link': 'https://example.org/Cy 2',
-                       'headline': 'New Stadium: What We Know',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 2 on new stadium by Cy.',
-                       'authors': 'Cy Editor',
-                       'date': '2022-03-01'},
-                      {'link': 'https://example.org/Cy 3',
-                       'headline': 'Vaccine Rollout: What We Know',
-                       'category': 'NEWS',
-                       'short_description': 'Report number 3 on vaccine rollout by Cy.',
-                       'authors': 'Cy Editor',
-                       'date': '2022-04-01'},
-                      {'link': 'https://example.org/x',
-                       'headline': 'No Author Here',
-                       'category': 'NEWS',
-                       'short_description': 'Nobody wrote this.',
-                       'authors': '',
-                       'date': '2022-01-01'}],
- 'personalized_rewardbench.jsonl': [{'id': 'prb0',
-                                     'question': 'Suggest a dinner.',
-                                     'profile': [{'id': 'p1', 'category': 'food', 'text': 'I love spicy ramen'},
-                                                 {'id': 'p2', 'category': 'travel', 'text': 'Trips to Kyoto'}],
-                                     'rubric_aspects': ['SECRET RUBRIC'],
-                                     'narrative': 'SECRET NARRATIVE',
-                                     'category': 'lifestyle',
-                                     'chosen': 'Chosen answer 0',
-                                     'rejected': 'Rejected answer 0'},
-                                    {'id': 'prb1',
-                                     'question': 'Plan a weekend.',
-                                     'profile': [{'id': 'p1', 'category': 'food', 'text': 'I love spicy ramen'},
-                                                 {'id': 'p2', 'category': 'travel', 'text': 'Trips to Kyoto'}],
-                                     'rubric_aspects': ['SECRET RUBRIC'],
-                                     'narrative': 'SECRET NARRATIVE',
-                                     'category': 'lifestyle',
-                                     'chosen': 'Chosen answer 1',
-                                     'rejected': 'Rejected answer 1'},
-                                    {'id': 'prb2',
-                                     'question': 'Recommend a book.',
-                                     'profile': [],
-                                     'rubric_aspects': ['SECRET RUBRIC'],
-                                     'narrative': 'SECRET NARRATIVE',
-                                     'category': 'lifestyle',
-                                     'chosen': 'Chosen answer 2',
-                                     'rejected': 'Rejected answer 2'}],
- 'prism/conversations.jsonl': [{'conversation_id': 'c0',
-                                'user_id': 'user0',
-                                'conversation_type': 'unguided',
-                                'conversation_turns': 2,
-                                'open_feedback': '',
-                                'conversation_history': [{'turn': 0,
-                                                          'role': 'user',
-                                                          'content': 'Hello, ¿qué tal?',
-                                                          'within_turn_id': 0},
-                                                         {'turn': 0,
-                                                          'role': 'model',
-                                                          'content': 'Fine, thanks!',
-                                                          'within_turn_id': 0,
-                                                          'if_chosen': True,
-                                                          'score': 90,
-                                                          'model_name': 'm0',
-                                                          'model_provider': 'p'},
-                                                         {'turn': 0,
-                                                          'role': 'model',
-                                                          'content': 'Go away.',
-                                                          'within_turn_id': 1,
-                                                          'if_chosen': False,
-                                                          'score': 10,
-                                                          'model_name': 'm1',
-                                                          'model_provider': 'p'},
-                                                         {'turn': 0,
-                                                          'role': 'model',
-                                                          'content': 'I am a model.',
-                                                          'within_turn_id': 2,
-                                                          'if_chosen': False,
-                                                          'score': 40,
-                                                          'model_name': 'm2',
-                                                          'model_provider': 'p'},
-                                                         {'turn': 1,
-                                                          'role': 'user',
-                                                          'content': 'Tell me a joke.',
-                                                          'within_turn_id': 0},
-                                                         {'turn': 1,
-                                                          'role': 'model',
-                                                          'content': 'Why did the chicken...',
-                                                          'within_turn_id': 0,
-                                                          'if_chosen': True,
-                                                          'score': 80,
-                                                          'model_name': 'm0',
-                                                          'model_provider': 'p'},
-                                                         {'turn': 1,
-                                                          'role': 'model',
-                                                          'content': 'No.',
-                                                          'within_turn_id': 1,
-                                                          'if_chosen': False,
-                                                          'score': 5,
-                                                          'model_name': 'm1',
-                                                          'model_provider': 'p'}]},
-                               {'conversation_id': 'c1',
-                                'user_id': 'user1',
-                                'conversation_type': 'values guided',
-                                'conversation_turns': 1,
-                                'open_feedback': '',
-                                'conversation_history': [{'turn': 0,
-                                                          'role': 'user',
-                                                          'content': 'Only one answer here',
-                                                          'within_turn_id': 0},
-                                                         {'turn': 0,
-                                                          'role': 'model',
-                                                          'content': 'The only response',
-                                                          'within_turn_id': 0,
-                                                          'if_chosen': True,
-                                                          'score': 70,
-                                                          'model_name': 'm0',
-                                                          'model_provider': 'p'}]},
-                               {'conversation_id': 'c2',
-                                'user_id': 'ghost',
-                                'conversation_type': 'unguided',
-                                'conversation_turns': 1,
-                                'open_feedback': '',
-                                'conversation_history': [{'turn': 0,
-                                                          'role': 'user',
-                                                          'content': 'hi',
-                                                          'within_turn_id': 0},
-                                                         {'turn': 0,
-                                                          'role': 'model',
-                                                          'content': 'a',
-                                                          'within_turn_id': 0,
-                                                          'if_chosen': True,
-                                                          'score': 50,
-                                                          'model_name': 'm0',
-                                                          'model_provider': 'p'},
-                                                         {'turn': 0,
-                                                          'role': 'model',
-                                                          'content': 'b',
-                                                          'within_turn_id': 1,
-                                                          'if_chosen': False,
-                                                          'score': 50,
-                                                          'model_name': 'm1',
-                                                          'model_provider': 'p'}]},
-                               {'conversation_id': 'c3',
-                                'user_id': 'user2',
-                                'conversation_type': 'unguided',
-                                'conversation_turns': 1,
-                                'open_feedback': '',
-                                'conversation_history': [{'turn': 0,
-                                                          'role': 'user',
-                                                          'content': 'What is 2+2?',
-                                                          'within_turn_id': 0},
-                                                         {'turn': 0,
-                                                          'role': 'model',
-                                                          'content': '4',
-                                                          'within_turn_id': 0,
-                                                          'if_chosen': True,
-                                                          'score': 99,
-                                                          'model_name': 'm0',
-                                                          'model_provider': 'p'},
-                                                         {'turn': 0,
-                                                          'role': 'model',
-                                                          'content': '5',
-                                                          'within_turn_id': 1,
-                                                          'if_chosen': False,
-                                                          'score': 1,
-                                                          'model_name': 'm1',
-                                                          'model_provider': 'p'}]}],
- 'prism/survey.jsonl': [{'user_id': 'user0',
-                         'num_completed_conversations': 1,
-                         'self_description': '...',
-                         'system_string': '',
-                         'order_stated_prefs': {'values': 1},
-                         'age': '25-34',
-                         'gender': 'x',
-                         'education': 'y',
-                         'employment_status': 'z',
-                         'marital_status': 's',
-                         'english_proficiency': 'Native'},
-                        {'user_id': 'user1',
-                         'num_completed_conversations': 1,
-                         'self_description': '...',
-                         'system_string': '',
-                         'order_stated_prefs': {'values': 1},
-                         'age': '25-34',
-                         'gender': 'x',
-                         'education': 'y',
-                         'employment_status': 'z',
-                         'marital_status': 's',
-                         'english_proficiency': 'Native'},
-                        {'user_id': 'user2',
-                         'num_completed_conversations': 1,
-                         'self_description': '...',
-                         'system_string': '',
-                         'order_stated_prefs': {'values': 1},
-                         'age': '25-34',
-                         'gender': 'x',
-                         'education': 'y',
-                         'employment_status': 'z',
-                         'marital_status': 's',
-                         'english_proficiency': 'Native'}],
- 'tldr_comparisons.jsonl': [{'info': {'id': 't3_0',
-                                      'post': 'My post number 0 about my cat 🐱.',
-                                      'title': 'Post 0',
-                                      'subreddit': 'cats'},
-                             'summaries': [{'text': 'Short summary 0', 'policy': 'sup', 'note': None},
-                                           {'text': 'A much longer and more detailed summary 0',
-                                            'policy': 'ppo',
-                                            'note': None}],
-                             'choice': 0,
-                             'worker': 'w1',
-                             'batch': 'batch3',
-                             'split': 'train',
-                             'extra': {'confidence': 7}},
-                            {'info': {'id': 't3_1',
-                                      'post': 'My post number 1 about my cat 🐱.',
-                                      'title': 'Post 1',
-                                      'subreddit': 'cats'},
-                             'summaries': [{'text': 'Short summary 1', 'policy': 'sup', 'note': None},
-                                           {'text': 'A much longer and more detailed summary 1',
-                                            'policy': 'ppo',
-                                            'note': None}],
-                             'choice': 1,
-                             'worker': 'w1',
-                             'batch': 'batch3',
-                             'split': 'train',
-                             'extra': {'confidence': 7}},
-                            {'info': {'id': 't3_2',
-                                      'post': 'My post number 2 about my cat 🐱.',
-                                      'title': 'Post 2',
-                                      'subreddit': 'cats'},
-                             'summaries': [{'text': 'Short summary 2', 'policy': 'sup', 'note': None},
-                                           {'text': 'A much longer and more detailed summary 2',
-                                            'policy': 'ppo',
-                                            'note': None}],
-                             'choice': 1,
-                             'worker': 'w2',
-                             'batch': 'batch3',
-                             'split': 'train',
-                             'extra': {'confidence': 7}},
-                            {'info': {'id': 't3_3',
-                                      'post': 'My post number 3 about my cat 🐱.',
-                                      'title': 'Post 3',
-                                      'subreddit': 'cats'},
-                             'summaries': [{'text': 'Short summary 3', 'policy': 'sup', 'note': None},
-                                           {'text': 'A much longer and more detailed summary 3',
-                                            'policy': 'ppo',
-                                            'note': None}],
-                             'choice': 0,
-                             'worker': 'w2',
-                             'batch': 'batch3',
-                             'split': 'train',
-                             'extra': {'confidence': 7}},
-                            {'info': {'id': 't3_4',
-                                      'post': 'My post number 4 about my cat 🐱.',
-                                      'title': 'Post 4',
-                                      'subreddit': 'cats'},
-                             'summaries': [{'text': 'Short summary 4', 'policy': 'sup', 'note': None},
-                                           {'text': 'A much longer and more detailed summary 4',
-                                            'policy': 'ppo',
-                                            'note': None}],
-                             'choice': 1,
-                             'worker': 'w3',
-                             'batch': 'batch3',
-                             'split': 'train',
-                             'extra': {'confidence': 7}}]}
+
+def _lamp(task: str, instruction: str, queries: list[tuple[str, str, str, list[dict]]]) -> dict:
+    """`queries`: (id, input text, gold output, profile) → {questions file name: ..., outputs file name: ...}."""
+    number = task.split("_")[1]
+    questions = [{"id": id_, "input": f"{instruction}{text}", "profile": profile} for id_, text, _, profile in queries]
+    golds = [{"id": id_, "output": gold} for id_, _, gold, _ in queries]
+    return {f"lamp{number}_dev_outputs.json": {"task": task, "golds": golds},
+            f"lamp{number}_dev_questions.json": questions}
+
+
+def _lamp_files() -> dict:
+    def scholarly(id_, title, abstract):
+        return {"id": id_, "title": title, "abstract": abstract}
+
+    headlines = _lamp("LaMP_4", "Generate a headline for the following article: ", [
+        ("200", "The mayor opened a park.", "Mayor Opens Park", [
+            {"id": "2001", "title": "Park Opens Downtown", "text": "A new park opened downtown.", "date": "2020-01-01"},
+            {"id": "2002", "title": "Library Hours Extended", "text": "The library is open longer.", "date": "2020-02-01"}]),
+        ("201", "Storm hits coast.", "storm batters coast", [
+            {"id": "2011", "title": "storm warning issued", "text": "A storm is coming to the coast."}]),
+    ])
+    titles = _lamp("LaMP_5", "Generate a title for the following abstract of a paper: ", [
+        ("100", "Query abstract of u1 about learning.", "Query Title of u1", [
+            scholarly("1000", "Message Passing for Molecules", "We study graph neural networks for molecule property prediction."),
+            scholarly("1001", "MolBench: Benchmarking Molecular Graphs", "A new benchmark for molecular graph learning is proposed."),
+            scholarly("1002", "On Over-Smoothing in Deep GNNs", "We analyse over-smoothing in deep graph networks.")]),
+        ("101", "Query abstract of u2 about learning.", "Query Title of u2", [
+            scholarly("1010", "attention folds proteins", "Transformers are applied to protein folding with attention maps."),
+            scholarly("1011", "less data, same model", "A recipe for training language models with less data."),
+            scholarly("1012", "tokenizing the genome", "We describe a tokenizer for DNA sequences.")]),
+        ("102", "Query abstract of u3 about learning.", "Query Title of u3", [
+            scholarly("1020", "Grasping in Clutter via Deep RL: A Study", "Reinforcement learning for robot grasping in clutter."),
+            scholarly("1021", "Sim-to-Real Locomotion: Lessons Learned", "Sim-to-real transfer of legged locomotion policies."),
+            scholarly("1022", "Unicode Rewards: A Café Study ☕", "Émile's café ☕ study: unicode in reward models.")]),
+    ])
+    tweets = _lamp("LaMP_7", "Paraphrase the following tweet without any explanation before or after it: ", [
+        ("300", "so tired today", "need sleep badly", [
+            {"id": "3001", "text": "coffee first, questions later"}, {"id": "3002", "text": "mondays, am i right"}]),
+        ("301", "great game tonight", "what a match!!", []),
+    ])
+    return {**headlines, **titles, **tweets}
+
+
+def news_records() -> list[dict]:
+    """Three authors with a house headline style each, four stories apiece, and one article without an author."""
+    styles = {"Ann": ("Ann Writer", "{} Is Here", "Ann"), "Bob": ("Bob Reporter", "why {} matters", "Bob"),
+              "Cy": ("Cy Editor", "{}: What We Know", "Cy ")}
+    stories = ["Election Night", "Heat Wave", "New Stadium", "Vaccine Rollout"]
+    records = [
+        {"link": f"https://example.org/{slug}{number}", "headline": style.format(story), "category": "NEWS",
+         "short_description": f"Report number {number} on {story.lower()} by {name}.", "authors": author,
+         "date": f"2022-{number + 1:02d}-01"}
+        for name, (author, style, slug) in styles.items() for number, story in enumerate(stories)
+    ]
+    records.append({"link": "https://example.org/x", "headline": "No Author Here", "category": "NEWS",
+                    "short_description": "Nobody wrote this.", "authors": "", "date": "2022-01-01"})
+    return records
+
+
+def rewardbench_records() -> list[dict]:
+    profile = [{"id": "p1", "category": "food", "text": "I love spicy ramen"},
+               {"id": "p2", "category": "travel", "text": "Trips to Kyoto"}]
+    questions = [("Suggest a dinner.", profile), ("Plan a weekend.", profile), ("Recommend a book.", [])]
+    return [{"id": f"prb{i}", "question": question, "profile": list(user_profile),
+             "rubric_aspects": ["SECRET RUBRIC"], "narrative": "SECRET NARRATIVE", "category": "lifestyle",
+             "chosen": f"Chosen answer {i}", "rejected": f"Rejected answer {i}"}
+            for i, (question, user_profile) in enumerate(questions)]
+
+
+def _prism_turn(turn: int, prompt: str, responses: list[tuple[str, int]]) -> list[dict]:
+    """One user message and its rated model responses; the first response is the chosen one."""
+    messages = [{"turn": turn, "role": "user", "content": prompt, "within_turn_id": 0}]
+    messages += [{"turn": turn, "role": "model", "content": content, "within_turn_id": i, "if_chosen": i == 0,
+                  "score": score, "model_name": f"m{i}", "model_provider": "p"}
+                 for i, (content, score) in enumerate(responses)]
+    return messages
+
+
+def prism_conversations() -> list[dict]:
+    conversations = [
+        ("user0", "unguided", [_prism_turn(0, "Hello, ¿qué tal?", [("Fine, thanks!", 90), ("Go away.", 10), ("I am a model.", 40)]),
+                               _prism_turn(1, "Tell me a joke.", [("Why did the chicken...", 80), ("No.", 5)])]),
+        ("user1", "values guided", [_prism_turn(0, "Only one answer here", [("The only response", 70)])]),
+        ("ghost", "unguided", [_prism_turn(0, "hi", [("a", 50), ("b", 50)])]),
+        ("user2", "unguided", [_prism_turn(0, "What is 2+2?", [("4", 99), ("5", 1)])]),
+    ]
+    return [{"conversation_id": f"c{i}", "user_id": user, "conversation_type": kind, "conversation_turns": len(turns),
+             "open_feedback": "", "conversation_history": [message for turn in turns for message in turn]}
+            for i, (user, kind, turns) in enumerate(conversations)]
+
+
+def prism_survey() -> list[dict]:
+    return [{"user_id": f"user{i}", "num_completed_conversations": 1, "self_description": "...", "system_string": "",
+             "order_stated_prefs": {"values": 1}, "age": "25-34", "gender": "x", "education": "y",
+             "employment_status": "z", "marital_status": "s", "english_proficiency": "Native"}
+            for i in range(3)]
+
+
+def tldr_comparisons() -> list[dict]:
+    """Five comparisons by three workers; `choice` indexes the preferred summary."""
+    choices_and_workers = [(0, "w1"), (1, "w1"), (1, "w2"), (0, "w2"), (1, "w3")]
+    return [{"info": {"id": f"t3_{i}", "post": f"My post number {i} about my cat 🐱.", "title": f"Post {i}",
+                      "subreddit": "cats"},
+             "summaries": [{"text": f"Short summary {i}", "policy": "sup", "note": None},
+                           {"text": f"A much longer and more detailed summary {i}", "policy": "ppo", "note": None}],
+             "choice": choice, "worker": worker, "batch": "batch3", "split": "train", "extra": {"confidence": 7}}
+            for i, (choice, worker) in enumerate(choices_and_workers)]
+
+
+def fixture_files() -> dict:
+    """File name (relative) → its content."""
+    return {**_lamp_files(), "news_small.jsonl": news_records(),
+            "personalized_rewardbench.jsonl": rewardbench_records(),
+            "prism/conversations.jsonl": prism_conversations(), "prism/survey.jsonl": prism_survey(),
+            "tldr_comparisons.jsonl": tldr_comparisons()}
 
 
 def write_fixture_files(folder: Path) -> Path:
-    for name, content in FILES.items():
+    for name, content in fixture_files().items():
         path = folder / name
         path.parent.mkdir(parents=True, exist_ok=True)
         if name.endswith(".jsonl"):
