@@ -1,7 +1,7 @@
 """The `persalign` command.
 
     persalign run CONFIG [-o OUT] [key=value ...]   evaluate every cell, resumable
-    persalign study CONFIG... [-o DIR] [--quick]    the whole sweep + analyses + reports, resumable
+    persalign study CONFIG... [-o DIR] [--quick] [key=value ...]   the whole sweep + reports, resumable
     persalign report RUN_DIR [--format md|html]     tables (and figures) from stored results
     persalign data summary CONFIG [key=value ...]   users, pairs per user, examples
     persalign list                                  what is registered

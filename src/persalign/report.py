@@ -56,26 +56,51 @@ def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:
     return "\n".join(lines)
 
 
+TRAINING_STAGES = [("features", "features_s"), ("training", "fit_s"), ("adaptation", "adapt_s")]
+
+
+def _stage_names(frame: pd.DataFrame) -> list[str]:
+    """Column names of the cost table: the cells' timed stages, then training's, then λ choice."""
+    timed = sorted({k.removesuffix("_s") for d in frame["stage_seconds"] for k in d})
+    return timed + [name for name, _ in TRAINING_STAGES] + ["λ choice"]
+
+
+def _stage_seconds(rows: pd.DataFrame, names: list[str]) -> list[float]:
+    """Seconds per stage (in `names` order) summed over the given cells' timing records."""
+    settings = [r if isinstance(r, dict) else {} for r in rows["settings"]]
+    training = [r.get("training", {}) for r in settings]
+    keys = dict(TRAINING_STAGES)
+    values = []
+    for name in names:
+        if name in keys:
+            values.append(sum(t.get(keys[name], 0.0) or 0.0 for t in training))
+        elif name == "λ choice":
+            values.append(sum(r.get("lambda_s", 0.0) for r in settings))
+        else:
+            values.append(sum(d.get(f"{name}_s", 0.0) for d in rows["stage_seconds"]))
+    return values
+
+
+def stage_totals(frame: pd.DataFrame) -> dict[str, float]:
+    """Seconds per stage summed over every cell of a run (the cost table's total row)."""
+    names = _stage_names(frame)
+    return dict(zip(names, _stage_seconds(frame, names)))
+
+
 def cost_table(frame: pd.DataFrame) -> str:
     """Seconds per stage, summed over seeds, from the cells' own timing records, with a total row."""
-    stages = sorted({k for d in frame["stage_seconds"] for k in d})
-    extra = [("features", "features_s"), ("training", "fit_s"), ("adaptation", "adapt_s")]
-    lines = ["| Policy | Method | " + " | ".join(s.removesuffix("_s") for s in stages)
-             + " | features | training | adaptation | λ choice | λ | training cap |",
-             "|" + "---|" * (len(stages) + 8)]
-    totals = [0.0] * (len(stages) + len(extra) + 1)
+    names = _stage_names(frame)
+    lines = ["| Policy | Method | " + " | ".join(names) + " | λ | training cap |", "|" + "---|" * (len(names) + 4)]
     for (policy, label), rows in frame.groupby(["policy", "decoder"], sort=False):
         settings = [r if isinstance(r, dict) else {} for r in rows["settings"]]
         training = [r.get("training", {}) for r in settings]
-        values = [sum(d.get(s, 0.0) for d in rows["stage_seconds"]) for s in stages]
-        values += [sum(t.get(key, 0.0) or 0.0 for t in training) for _, key in extra]
-        values.append(sum(r.get("lambda_s", 0.0) for r in settings))
-        totals = [a + b for a, b in zip(totals, values)]
+        values = _stage_seconds(rows, names)
         lams = sorted({r.get("lambda") for r in settings if r.get("lambda") is not None})
         caps = sorted({t.get("settings", {}).get("max_steps") for t in training} - {None})
         lines.append(f"| {policy} | {label} | " + " | ".join(f"{v:.0f}" for v in values)
                      + f" | {', '.join(f'{x:g}' for x in lams) or '-'} | "
                      + (f"{caps[0]} steps" if caps else "-") + " |")
+    totals = _stage_seconds(frame, names)
     lines.append(f"| all | total ({sum(totals) / 60:.1f} min) | " + " | ".join(f"{v:.0f}" for v in totals) + " | | |")
     return "\n".join(lines)
 

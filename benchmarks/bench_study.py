@@ -1,0 +1,82 @@
+"""Cost of a whole `persalign study`: wall time, peak memory, and seconds per stage.
+
+Runs `persalign study CONFIG` as a child process (cold by default: an empty
+PERSALIGN_CACHE, so frozen features, embeddings and the converted model are
+all computed), measures its wall time and peak resident memory (the child's
+ru_maxrss, what `/usr/bin/time -v` reports), then reads the run's own timing
+records for the per-stage seconds (the report's cost table, total row) and
+the highest per-cell peak. `--from-run DIR` only reads a finished run.
+
+    python benchmarks/bench_study.py configs/study_news.yaml              # the issue #6 figure (~2 h on 2 cores)
+    python benchmarks/bench_study.py configs/study_news.yaml --quick
+    python benchmarks/bench_study.py --from-run runs/study-study_news/study_news
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import emit, machine
+
+
+def run_figures(run_dir: Path) -> dict:
+    """Per-stage seconds and the highest per-cell peak, from the stored run only."""
+    from persalign.report import results_frame, stage_totals
+    from persalign.runner.store import RunStore
+
+    frame = results_frame(RunStore(run_dir))
+    if frame.empty:
+        sys.exit(f"{run_dir}: no finished cells (metrics.json) to read")
+    stages = stage_totals(frame)
+    return {"run_dir": str(run_dir), "cells": len(frame),
+            "stage_seconds": {name: round(seconds, 1) for name, seconds in stages.items()},
+            "stage_seconds_total": round(sum(stages.values()), 1),
+            "max_cell_peak_memory_mib": round(float(frame["peak_memory_mib"].max()), 1)}
+
+
+def run_study(config: str, quick: bool, overrides: list[str], output: Path, cold: bool) -> dict:
+    """Run the study as a child process; its wall time and peak resident memory."""
+    command = [str(Path(sys.executable).with_name("persalign")), "study", config, "-o", str(output)]
+    command += ["--quick"] * quick + overrides
+    environment = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="persalign-cold-cache-") as cache:
+        if cold:
+            environment["PERSALIGN_CACHE"] = cache
+        start = time.perf_counter()
+        subprocess.run(command, env=environment, check=True)
+        wall = time.perf_counter() - start
+    peak_kib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return {"command": " ".join(command), "cold_cache": cold, "wall_s": round(wall, 1),
+            "wall_min": round(wall / 60, 2), "peak_memory_gib": round(peak_kib / 2**20, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("config", nargs="?", help="the study config (YAML file or built-in name)")
+    parser.add_argument("--quick", action="store_true", help="pass --quick to the study")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides passed on to the study")
+    parser.add_argument("-o", "--output", help="study directory (default: a fresh temporary one)")
+    parser.add_argument("--warm", action="store_true", help="keep the usual cache instead of an empty one")
+    parser.add_argument("--from-run", type=Path, help="only read this finished run directory")
+    args = parser.parse_intermixed_args()  # overrides may follow --quick
+    if args.from_run:
+        emit({"machine": machine(), **run_figures(args.from_run)})
+        return
+    if not args.config:
+        parser.error("give a study config, or --from-run DIR")
+    with tempfile.TemporaryDirectory(prefix="persalign-study-") as scratch:
+        output = Path(args.output or scratch)
+        measured = run_study(args.config, args.quick, args.overrides, output, cold=not args.warm)
+        (run_dir,) = [p.parent for p in output.glob("*/config.yaml")] or [output]
+        emit({"machine": machine(), **measured, **run_figures(run_dir)})
+
+
+if __name__ == "__main__":
+    main()
