@@ -2,9 +2,10 @@
 
 Eq. 5-6 need the reward of every prefix y<=t. Recomputing each prefix with
 its own RM forward is what a direct reading of the equation does; persalign
-reads all prefix rewards off one teacher-forced forward (the states of a
-causal LM at t depend only on tokens <= t), and with the shared frozen
-backbone the same forward also gives log π. Both are run on the same
+reads all step rewards off one teacher-forced forward (the states of a
+causal LM at t depend only on tokens <= t): the runner's own path, the
+functions of `persalign.rewards.policy_scoring` (logprob_sums, reward_sums,
+s_rgd) that policy accuracy and the λ choice use. Both are run on the same
 news_category query pairs with SmolLM2-135M (policy and RM backbone) and a
 Global RM head; the decisions s(chosen) > s(rejected) must be identical.
 
@@ -26,7 +27,7 @@ from persalign.prompts import PromptFormatter
 from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone
 from persalign.rewards.method import MethodSettings
-from persalign.rewards.policy_scoring import rgd_components
+from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 
 
 @torch.no_grad()
@@ -42,6 +43,13 @@ def per_prefix(policy, method, user, prompt, response):
         hidden = stack(input_ids=torch.tensor([prompt + response[:t]])).last_hidden_state[:, -1:]
         rewards += float(method.token_rewards(hidden.float(), method.user_ids([user]))[0, -1])
     return lp, rewards
+
+
+def runner_path(policy, method, backbone, users, prompts, responses, batch_size: int = 16):
+    """(Σ log π, Σ step rewards) exactly as the runner computes them (no memo: every pair is new)."""
+    lp = logprob_sums(policy, prompts, responses, batch_size)
+    _, step_sums = reward_sums(method, backbone, users, prompts, responses)
+    return lp, step_sums
 
 
 def main() -> None:
@@ -64,19 +72,19 @@ def main() -> None:
     rejected = [formatter.response_ids(p.rejected) for p in pairs]
 
     # Warm-up (first-call allocations) on one pair, outside both timings.
-    rgd_components(policy, method, RewardBackbone(policy, "warm"), users[:1], prompts[:1], chosen[:1])
+    runner_path(policy, method, RewardBackbone(policy, "warm"), users[:1], prompts[:1], chosen[:1])
     per_prefix(policy, method, users[0], prompts[0], chosen[0][:2])
 
     start = time.perf_counter()
     backbone = RewardBackbone(policy, "bench")  # shared frozen backbone, in-memory only
-    lp, r_sum, _ = rgd_components(policy, method, backbone, users * 2, prompts * 2, chosen + rejected)
+    lp, r_sum = runner_path(policy, method, backbone, users * 2, prompts * 2, chosen + rejected)
     one_pass_s = time.perf_counter() - start
-    s_fast = lp + args.lam * r_sum
+    s_fast = s_rgd(lp, r_sum, args.lam)
 
     start = time.perf_counter()
     slow = [per_prefix(policy, method, u, p, r) for u, p, r in zip(users * 2, prompts * 2, chosen + rejected)]
     per_prefix_s = time.perf_counter() - start
-    s_slow = np.array([a + args.lam * b for a, b in slow])
+    s_slow = np.array([float(s_rgd(a, b, args.lam)) for a, b in slow])
 
     decide = lambda s: s[:n] > s[n:]  # noqa: E731
     result = {

@@ -35,6 +35,19 @@ def prefix_rewards(token_rewards: torch.Tensor, mask: torch.Tensor, pooling: str
     raise ValueError(f"unknown pooling {pooling!r}")
 
 
+def step_rewards(token_rewards: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """(batch, T) r(y_t | x, y<t), the per-step reward that Eq. 5-6 add to log π at each token.
+
+    For a sequence-level head it is the head on the prefix y<=t (its prefix
+    reward); for a token-level RM (pooling "sum", GenARM) it is the token's own
+    reward. Summing GenARM's running-sum prefix rewards instead would weight
+    y_s by (T - s + 1) and count early tokens many times.
+    """
+    if pooling == "sum":
+        return token_rewards * mask
+    return prefix_rewards(token_rewards, mask, pooling)
+
+
 def sequence_rewards(token_rewards: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """(batch,) reward of each whole response: the prefix reward at its last real token."""
     prefix = prefix_rewards(token_rewards, mask, pooling)

@@ -4,7 +4,7 @@ Reward models trained the same way can converge to rewards of very different
 magnitudes, so λ is chosen per trained model:
 
 - `policy_accuracy` (TL;DR, PRISM): maximise policy accuracy of
-  s(y|x) = Σ_t log π(y_t|x,y<t) + λ Σ_t r(x, y<=t)   (Eq. 5-6)
+  s_RGD(y|x) = Σ_t log π(y_t|x,y<t) + λ Σ_t r(y_t|x,y<t)   (Eq. 5-6)
   on the train users' held-out pairs. Vectorised over the whole grid at once.
 - `harmonic` (Pref-LaMP-style data with user completions): maximise the
   harmonic mean of ROUGE-1, inverse perplexity (coherence) and policy
@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from persalign.rewards.policy_scoring import s_rgd
+
 
 def policy_accuracy_curve(lp_chosen, lp_rejected, r_chosen, r_rejected, lambdas) -> np.ndarray:
-    """Strict policy accuracy (×100) of s = L + λR for every λ in the grid."""
+    """Strict policy accuracy (×100) of s_RGD for every λ in the grid (one row per λ)."""
     lam = np.asarray(lambdas, dtype=float)[:, None]
-    s_w = np.asarray(lp_chosen)[None] + lam * np.asarray(r_chosen)[None]
-    s_l = np.asarray(lp_rejected)[None] + lam * np.asarray(r_rejected)[None]
+    s_w = s_rgd(np.asarray(lp_chosen)[None], np.asarray(r_chosen)[None], lam)
+    s_l = s_rgd(np.asarray(lp_rejected)[None], np.asarray(r_rejected)[None], lam)
     return 100 * (s_w > s_l).mean(axis=1)
 
 

@@ -67,7 +67,7 @@ def save_parameters(method: nn.Module, folder: str | Path) -> None:
     save_file({k: v.detach().contiguous().cpu() for k, v in method.state_dict().items()},
               str(folder / "head.safetensors"))
     meta = {"method": method.name, "hidden_size": method.hidden_size, "users": method.users,
-            "settings": asdict(method.settings)}
+            "settings": asdict(method.settings), "fitted_rows": getattr(method, "fitted_rows", None)}
     (folder / "head.json").write_text(json.dumps(meta, indent=2))
 
 
@@ -79,6 +79,7 @@ def load_parameters(cls, folder: str | Path):
     for user in sorted(meta["users"], key=meta["users"].get):
         method.add_user(user)
     method.load_state_dict(load_file(str(folder / "head.safetensors")))
+    method.fitted_rows = meta.get("fitted_rows")
     return method.eval()
 
 
@@ -99,6 +100,7 @@ class RewardMethod(nn.Module):
         self.hidden_size = hidden_size
         self.settings = settings
         self.users: dict[str, int] = {GENERIC_USER: 0}
+        self.fitted_rows: int | None = None  # rows 1..fitted_rows-1 are the train users (set by fit)
         torch.manual_seed(settings.seed)
         self.head = self.make_head()
 
@@ -117,6 +119,11 @@ class RewardMethod(nn.Module):
     def new_user_row(self, name: str, table: torch.Tensor) -> torch.Tensor:
         """Initial parameters of a new user in table `name` (default zeros)."""
         return torch.zeros_like(table[0])
+
+    def train_user_rows(self, table: torch.Tensor) -> torch.Tensor:
+        """The train users' rows of a user table (never adapted users: a new user's start
+        must not depend on which users were adapted before it)."""
+        return table[1 : self.fitted_rows] if self.fitted_rows else table[1:]
 
     def add_user(self, user: str) -> int:
         """Register a user; personalized heads get a new row in each user table."""
@@ -152,6 +159,10 @@ class RewardMethod(nn.Module):
     def prefix_rewards(self, states: torch.Tensor, mask: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         return base.prefix_rewards(self.token_rewards(states, users), mask, self.pooling)
 
+    def step_rewards(self, states: torch.Tensor, mask: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
+        """r(y_t | x, y<t) at every position (Eq. 5-6); see `base.step_rewards`."""
+        return base.step_rewards(self.token_rewards(states, users), mask, self.pooling)
+
     def sequence_rewards(self, states: torch.Tensor, mask: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         return base.sequence_rewards(self.token_rewards(states, users), mask, self.pooling)
 
@@ -169,6 +180,7 @@ class RewardMethod(nn.Module):
     def fit(self, backbone, train: PairData, val: PairData | None = None) -> TrainLog:
         for user in sorted(set(train.users) | set(val.users if val else [])):
             self.add_user(user)
+        self.fitted_rows = len(self.users)
         precompute_features(self, backbone, train, val)
         s = self.settings
         groups = [{"params": self.shared_parameters(), "lr": s.head_lr, "weight_decay": s.weight_decay}]

@@ -66,5 +66,5 @@ class MPUAvg(MPU):
     name, display = "mpu_avg", "MPU-Avg"
 
     def new_user_row(self, name: str, table: torch.Tensor) -> torch.Tensor:
-        trained = table[1:]  # row 0 is the generic user
+        trained = self.train_user_rows(table)  # row 0 is the generic user; adapted users never count
         return trained.mean(0) if len(trained) else super().new_user_row(name, table)

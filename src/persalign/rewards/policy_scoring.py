@@ -1,12 +1,16 @@
-"""RGD scoring functions of whole responses (paper Eq. 5-6), in one pass.
+"""s_RGD, the reward-guided policy scoring function (paper Eq. 5-6), in one place.
 
-    s_RGD(y|x) = Σ_t [ log π(y_t | x, y<t) + λ · r(x, y<=t) ]
+    s_RGD(y|x) = Σ_t [ log π(y_t | x, y<t) + λ · r(y_t | x, y<t) ]
 
-Per batch: one prefill of the prompts, then one forward of all responses on
-that cache gives log π for every token; the RM's prefix rewards r(x, y<=t)
-for all t come from one teacher-forced forward of the RM backbone (cached in
-frozen mode). With the shared frozen backbone the RM states are the policy's
-own hidden states, so the same forward serves both.
+r(y_t | x, y<t) is the RM's per-step reward (`RewardMethod.step_rewards`):
+the head on the prefix y<=t for sequence-level heads, the token reward for a
+token-level RM (GenARM). Σ_t log π comes from one teacher-forced forward of
+the policy per (prompt, response), memoised across cells; every step reward
+of a response comes from one teacher-forced pass of the RM backbone (cached
+in frozen mode): a causal LM's state at t depends only on tokens <= t. The
+runner's policy accuracy, the λ choice and `benchmarks/bench_policy_scoring.py`
+all score through these functions. (s_base and s_ICL, Eq. 4 and 7, are
+`persalign.scoring.mean_logprob` on the decoder's prompt.)
 
     python benchmarks/bench_policy_scoring.py --quick
 """
@@ -16,41 +20,32 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from persalign.decoding import prefill
 from persalign.rewards.backbone import pad_states
-from persalign.scoring import continue_from_prefill
+from persalign.scoring import response_logprobs
+
+
+def s_rgd(logprob_sums, step_reward_sums, lam):
+    """Eq. 5-6 from its two sums; `lam` may be a scalar or a column of a λ grid (broadcasts)."""
+    return np.asarray(logprob_sums) + lam * np.asarray(step_reward_sums)
 
 
 @torch.no_grad()
-def rgd_components(policy, method, backbone, users, prompts, responses, batch_size: int = 16):
-    """(Σ_t log π, Σ_t prefix reward, sequence reward) per response."""
-    shared = (backbone is not None and backbone.lm.model is policy.model and not backbone.trainable
-              and not method.token_level)
-    head = policy.model.get_output_embeddings()
-    lp_sum, r_sum, r_seq = [], [], []
-    for start in range(0, len(prompts), batch_size):
-        batch_p, batch_r = prompts[start : start + batch_size], responses[start : start + batch_size]
-        batch_u = users[start : start + batch_size]
-        unique = list(dict.fromkeys(tuple(p) for p in batch_p))
-        owner = [unique.index(tuple(p)) for p in batch_p]
-        state = prefill(policy, [list(p) for p in unique])
-        hidden, first = continue_from_prefill(policy, state, owner, [r or [policy.tokenizer.pad_token_id] for r in batch_r])
-        for i, r in enumerate(batch_r):
-            if not r:
-                lp_sum.append(0.0)
-                continue
-            tail = torch.log_softmax(head(hidden[i, : len(r) - 1]).float(), -1)[torch.arange(len(r) - 1), r[1:]]
-            lp_sum.append(float(first[i, r[0]] + tail.sum()))
-        states = [hidden[i, : len(r)].float() for i, r in enumerate(batch_r)] if shared else \
-            method.features(backbone, batch_p, batch_r)
-        padded, mask = pad_states([s if len(s) else torch.zeros((0, padded_width(hidden))) for s in states])
-        ids = method.user_ids(batch_u)
-        prefix = method.prefix_rewards(padded, mask, ids)
-        last = (mask.sum(-1) - 1).clamp(min=0)
-        r_sum += prefix.sum(-1).tolist()
-        r_seq += (prefix.gather(1, last[:, None]).squeeze(1) * mask.any(-1)).tolist()
-    return np.array(lp_sum), np.array(r_sum), np.array(r_seq)
+def reward_sums(method, backbone, users, prompts, responses) -> tuple[np.ndarray, np.ndarray]:
+    """(sequence reward R(x, y), Σ_t r(y_t | x, y<t)) of each response under a trained RM."""
+    states = method.features(backbone, prompts, responses)
+    padded, mask = pad_states(states)
+    ids = method.user_ids(users)
+    sequence = method.sequence_rewards(padded, mask, ids) * mask.any(-1)
+    steps = method.step_rewards(padded, mask, ids)
+    return sequence.numpy(), steps.sum(-1).numpy()
 
 
-def padded_width(hidden: torch.Tensor) -> int:
-    return hidden.shape[-1]
+def logprob_sums(policy, prompts, responses, batch_size: int, memo: dict | None = None) -> np.ndarray:
+    """Σ_t log π(y_t | x, y<t); `memo` keeps them across cells (the same for every method and seed)."""
+    memo = {} if memo is None else memo
+    keys = [(policy.name, tuple(p), tuple(r)) for p, r in zip(prompts, responses)]
+    todo = list({k: i for i, k in enumerate(keys) if k not in memo}.values())  # one index per new key
+    if todo:
+        computed = response_logprobs(policy, [prompts[i] for i in todo], [responses[i] for i in todo], batch_size)
+        memo.update({keys[i]: float(lp.sum()) for i, lp in zip(todo, computed)})
+    return np.array([memo[k] for k in keys])

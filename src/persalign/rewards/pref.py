@@ -10,8 +10,8 @@ end-to-end with Bradley-Terry (D.4).
 Sparse real data (users sharing no pairs, as in PRISM and Pref-LaMP): with no
 pair rated by two users the matrix carries no collaborative signal; the warm
 start then falls back to the default initialisation and says so in the
-training log (`init`). A new user starts from the mean user vector and fits
-only u on its support set. Defaults (appendix F): decoder LR 1e-3, weight
+training log (`init`). A new user starts from the mean of the train users'
+vectors (never of users adapted earlier) and fits only u on its support set. Defaults (appendix F): decoder LR 1e-3, weight
 decay 0.02, latent dim 8 (PRISM/LaMP), 2 (TL;DR).
 
     persalign run configs/news_category.yaml methods='[{name: pref}]'
@@ -74,7 +74,8 @@ class PReF(RewardMethod):
         return {"user_vectors": self.head.user_vectors}
 
     def new_user_row(self, name: str, table: torch.Tensor) -> torch.Tensor:
-        return table[1:].mean(0) if len(table) > 1 else table[0].clone()
+        rows = self.train_user_rows(table)
+        return rows.mean(0) if len(rows) else table[0].clone()
 
     def fit(self, backbone, train: PairData, val: PairData | None = None):
         for user in sorted(set(train.users) | set(val.users if val else [])):

@@ -2,7 +2,11 @@
 
 loss = -log sigma(R(x, y_w) - R(x, y_l)), logged with accuracy and margin;
 validation accuracy after every epoch drives early stopping (the best
-parameters are restored); minibatch order comes from a seeded generator.
+parameters are restored). Without a validation set (adaptation to a new
+user's support pairs) the loop runs its whole budget and keeps the FINAL
+parameters: selecting on running training accuracy saturates within a few
+epochs on small support sets and rolled users back to barely-trained values.
+Minibatch order comes from a seeded generator.
 Methods reuse it for `fit` (shared + user parameters) and for `adapt` (only
 the new user's parameters), and may pass their own `loss_fn` (e.g. a KL term).
 """
@@ -72,7 +76,7 @@ def evaluate_pairs(method, backbone, data: PairData, batch_size: int = 256) -> d
 def train_pairs(method, backbone, data: PairData, val: PairData | None, parameter_groups: list[dict], *,
                 epochs: int, batch_size: int, patience: int, seed: int, max_steps: int | None = None,
                 loss_fn=None, on_step=None, alternate: bool = False) -> TrainLog:
-    """Minimise the BT loss (or `loss_fn(r_w, r_l, step)`) with AdamW; early-stop on val accuracy.
+    """Minimise the BT loss (or `loss_fn(r_w, r_l, step)`) with AdamW; early-stop on val accuracy if `val`.
 
     `alternate`: each parameter group is its own phase; every minibatch takes
     one step per phase in turn, the other phases frozen (LoRE-Alt).
@@ -82,6 +86,7 @@ def train_pairs(method, backbone, data: PairData, val: PairData | None, paramete
     phases = [torch.optim.AdamW([g]) for g in parameter_groups] if alternate else [torch.optim.AdamW(parameter_groups)]
     generator = torch.Generator().manual_seed(seed)
     log, best_state, stale = TrainLog(), None, 0
+    validated = val is not None and len(val) > 0
     best = -math.inf
     for epoch in range(epochs):
         method.train()
@@ -107,12 +112,16 @@ def train_pairs(method, backbone, data: PairData, val: PairData | None, paramete
         method.eval()
         record = {"epoch": epoch, **{f"train_{k}": v / len(data) for k, v in totals.items()}}
         score = record["train_accuracy"]
-        if val is not None and len(val):
+        if validated:
             measured = evaluate_pairs(method, backbone, val)
             record.update({f"val_{k}": v for k, v in measured.items()})
             score = measured["accuracy"] - 1e-3 * measured["loss"]  # loss breaks accuracy ties
         log.history.append(record)
         log.epochs = epoch + 1
+        if not validated:
+            if max_steps and log.steps >= max_steps:
+                break
+            continue
         if score > best:
             best, stale = score, 0
             best_state = [p.detach().clone() for p in params]

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from persalign.best_of_n import nested_best, sample_responses
 from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome
-from persalign.runner.reward_cells import TrainedReward, sequence_and_prefix_sums
+from persalign.rewards.policy_scoring import reward_sums
+from persalign.runner.reward_cells import TrainedReward
 
 
 @dataclass
@@ -93,11 +94,11 @@ def evaluate_bon_batch(job: BestOfNCellJob, batch, batch_index: int) -> tuple[li
     flat_users = [u for u in users for _ in range(n)]
     flat_prompts = [p for p in prompts for _ in range(n)]
     flat = [formatter.response_ids(t) for r in records for t in r["samples"]]
-    rewards, _ = sequence_and_prefix_sums(job.trained, flat_users, flat_prompts, flat)
+    rewards, _ = reward_sums(job.trained.method, job.trained.backbone, flat_users, flat_prompts, flat)
     rewards = rewards.reshape(len(batch), n)
     chosen = [formatter.response_ids(ex.comparison.chosen) for ex in batch]
     rejected = [formatter.response_ids(ex.comparison.rejected) for ex in batch]
-    seq, _ = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2, chosen + rejected)
+    seq, _ = reward_sums(job.trained.method, job.trained.backbone, users * 2, prompts * 2, chosen + rejected)
     picks = nested_best(rewards.tolist(), job.ns)
     timings["scoring_s"] = time.perf_counter() - start
 

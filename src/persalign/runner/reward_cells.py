@@ -22,7 +22,8 @@ from tqdm.auto import tqdm
 from persalign.args_decoding import RewardGuide, args_decode
 from persalign.decoding import clean_generation, generate_texts
 from persalign.metrics.ranking import pair_outcome
-from persalign.rewards.backbone import RewardBackbone, pad_states
+from persalign.rewards.backbone import RewardBackbone
+from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 from persalign.rewards.lambda_select import best_lambda, harmonic_mean, policy_accuracy_curve
 from persalign.rewards.method import MethodSettings, precompute_features
 from persalign.rewards.train import PairData
@@ -106,27 +107,15 @@ def train_or_load(method_config, label, seed, config, dataset, split, backbone, 
     return TrainedReward(method.eval(), backbone, info)
 
 
-@torch.no_grad()
-def sequence_and_prefix_sums(trained: TrainedReward, users, prompts, responses) -> tuple[np.ndarray, np.ndarray]:
-    """(sequence reward, Σ_t prefix reward) of each response under the trained RM."""
-    states = trained.method.features(trained.backbone, prompts, responses)
-    padded, mask = pad_states(states)
-    ids = trained.method.user_ids(users)
-    prefix = trained.method.prefix_rewards(padded, mask, ids)
-    last = (mask.sum(-1) - 1).clamp(min=0)
-    sequence = prefix.gather(1, last[:, None]).squeeze(1) * mask.any(-1)
-    return sequence.numpy(), prefix.sum(-1).numpy()
-
-
-def logprob_sums(policy, prompts, responses, batch_size, memo: dict | None = None) -> np.ndarray:
-    """Σ_t log π(y_t | x, y<t); `memo` keeps them across cells (the same for every method and seed)."""
-    memo = {} if memo is None else memo
-    keys = [(policy.name, tuple(p), tuple(r)) for p, r in zip(prompts, responses)]
-    todo = list({k: i for i, k in enumerate(keys) if k not in memo}.values())  # one index per new key
-    if todo:
-        computed = response_logprobs(policy, [prompts[i] for i in todo], [responses[i] for i in todo], batch_size)
-        memo.update({keys[i]: float(lp.sum()) for i, lp in zip(todo, computed)})
-    return np.array([memo[k] for k in keys])
+def validation_pairs(dataset, split, formatter, size: int | None) -> tuple[PairData, list[str]]:
+    """The train users' held-out pairs (every `step`-th when `size` is set) and their ids, in the same order."""
+    val = pair_data(dataset, split.heldout, formatter, split.train_users)
+    ids = [i for user in split.train_users for i in split.heldout.get(user, [])]
+    if size:
+        step = max(1, len(val) // size)
+        keep = list(range(0, len(val), step))[:size]
+        val, ids = val.subset(keep), [ids[i] for i in keep]
+    return val, ids
 
 
 def choose_lambda(args_config, trained, policy, formatter, dataset, split, metrics_by_name, has_completions,
@@ -138,23 +127,32 @@ def choose_lambda(args_config, trained, policy, formatter, dataset, split, metri
         rule = "harmonic" if has_completions else "policy_accuracy"
     if rule == "fixed":
         return {"lambda": args_config.fixed_lambda, "rule": "fixed", "curve": {}}
-    val = pair_data(dataset, split.heldout, formatter, split.train_users)
-    if rule == "harmonic":
-        step = max(1, len(val) // max(1, args_config.validation_size))
-        val = val.subset(list(range(0, len(val), step))[: args_config.validation_size])
+    val, val_ids = validation_pairs(dataset, split, formatter,
+                                    args_config.validation_size if rule == "harmonic" else None)
     lp_w = logprob_sums(policy, val.prompts, val.chosen, batch_size, memo)
     lp_l = logprob_sums(policy, val.prompts, val.rejected, batch_size, memo)
-    _, r_w = sequence_and_prefix_sums(trained, val.users, val.prompts, val.chosen)
-    _, r_l = sequence_and_prefix_sums(trained, val.users, val.prompts, val.rejected)
+    _, r_w = reward_sums(trained.method, trained.backbone, val.users, val.prompts, val.chosen)
+    _, r_l = reward_sums(trained.method, trained.backbone, val.users, val.prompts, val.rejected)
     accuracy = policy_accuracy_curve(lp_w, lp_l, r_w, r_l, grid)
-    if rule == "policy_accuracy":
-        lam, _ = best_lambda(grid, accuracy)
-        return {"lambda": lam, "rule": rule, "curve": {"lambda": grid, "policy_accuracy": accuracy.tolist()}}
-    references = [c for c in (dataset.completion_by_id()[i] for u in split.train_users for i in split.heldout.get(u, []))]
-    references = [r.reference for r in references][:: max(1, len(references) // max(1, len(val)))][: len(val)]
-    rouge = metrics_by_name["rouge"]
-    objective, rouge_curve, inv_ppl_curve = [], [], []
-    for lam, acc in tqdm(list(zip(grid, accuracy)), desc="choosing λ (ARGS on validation)", leave=False):
+    curve = {"lambda": grid, "policy_accuracy": accuracy.tolist()}
+    if rule == "harmonic":
+        completions = dataset.completion_by_id()
+        references = [completions[i].reference for i in val_ids]  # each pair's own reference
+        curve.update(harmonic_curve(args_config, trained, policy, formatter, val, references, metrics_by_name["rouge"],
+                                    accuracy, batch_size, max_new_tokens))
+        objective = curve["harmonic"]
+    else:
+        objective = accuracy
+    lam, _ = best_lambda(grid, objective)
+    return {"lambda": lam, "rule": rule, "curve": curve}
+
+
+def harmonic_curve(args_config, trained, policy, formatter, val, references, rouge, accuracy, batch_size,
+                   max_new_tokens) -> dict:
+    """ARGS on the validation prompts at each λ: ROUGE-1, inverse perplexity and their harmonic mean with accuracy."""
+    out = {"rouge1": [], "inverse_perplexity": [], "harmonic": []}
+    for lam, acc in tqdm(list(zip(args_config.lambdas, accuracy)), desc="choosing λ (ARGS on validation)",
+                         leave=False):
         guide = RewardGuide(trained.backbone.lm, trained.method, val.users)
         rows = []
         for start in range(0, len(val), batch_size):
@@ -162,17 +160,13 @@ def choose_lambda(args_config, trained, policy, formatter, dataset, split, metri
             rows += args_decode(policy, guide, val.prompts[start : start + batch_size], lam,
                                 args_config.top_k, max_new_tokens)
         texts = [clean_generation(policy.tokenizer, ids) for ids in rows]
-        r1 = np.mean([s["rouge1"] for s in rouge.score(texts, references)]) / 100
-        gen_ids = [formatter.response_ids(t) for t in texts]
-        lps = response_logprobs(policy, val.prompts, gen_ids, batch_size)
+        r1 = float(np.mean([s["rouge1"] for s in rouge.score(texts, references)]) / 100)
+        lps = response_logprobs(policy, val.prompts, [formatter.response_ids(t) for t in texts], batch_size)
         inv_ppl = float(np.mean([np.exp(lp.mean()) if len(lp) else 0.0 for lp in lps]))
-        rouge_curve.append(float(r1))
-        inv_ppl_curve.append(inv_ppl)
-        objective.append(harmonic_mean([r1, inv_ppl, acc / 100]))
-    lam, _ = best_lambda(grid, objective)
-    return {"lambda": lam, "rule": rule, "curve": {"lambda": grid, "policy_accuracy": accuracy.tolist(),
-                                                   "rouge1": rouge_curve, "inverse_perplexity": inv_ppl_curve,
-                                                   "harmonic": objective}}
+        out["rouge1"].append(r1)
+        out["inverse_perplexity"].append(inv_ppl)
+        out["harmonic"].append(harmonic_mean([r1, inv_ppl, acc / 100]))
+    return out
 
 
 @dataclass
@@ -207,10 +201,10 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
     chosen = [job.formatter.response_ids(ex.comparison.chosen) for ex in batch]
     rejected = [job.formatter.response_ids(ex.comparison.rejected) for ex in batch]
     lp = logprob_sums(job.policy, prompts + prompts, chosen + rejected, job.batch_size, job.logprob_memo)
-    seq, prefix_sum = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2, chosen + rejected)
+    seq, step_sum = reward_sums(job.trained.method, job.trained.backbone, users * 2, prompts * 2, chosen + rejected)
     if job.generate:
         zero_shot = [job.zero_shot[ex.id] for ex in batch]
-        gen_seq, _ = sequence_and_prefix_sums(job.trained, users * 2, prompts * 2,
+        gen_seq, _ = reward_sums(job.trained.method, job.trained.backbone, users * 2, prompts * 2,
                                               [job.formatter.response_ids(t) for t in generations + zero_shot])
     timings["scoring_s"] = time.perf_counter() - start
 
@@ -218,7 +212,7 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
 
     n, rows = len(batch), []
     for i, ex in enumerate(batch):
-        s_w, s_l = lp[i] + job.lam * prefix_sum[i], lp[n + i] + job.lam * prefix_sum[n + i]
+        s_w, s_l = s_rgd(lp[i], step_sum[i], job.lam), s_rgd(lp[n + i], step_sum[n + i], job.lam)
         policy = pair_outcome(s_w, s_l)
         rm = pair_outcome(seq[i], seq[n + i])
         row = {
