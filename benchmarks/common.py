@@ -33,7 +33,7 @@ def news_query_pairs(limit: int | None = None):
     if not NEWS.exists():
         sys.exit(f"benchmark needs the real data file {NEWS}")
     config = load_config(str(ROOT / "configs" / "news_category.yaml"), [f"data.path={NEWS}"])
-    dataset = build_dataset(config.data, lambda: load_embedder(config.data.embedder, config.cache_dir))
+    dataset = build_dataset(config.data, lambda: load_embedder(config.data.embedder, config.cache_dir), config.split)
     split = make_split(dataset, config.split)
     by_id = {c.id: c for c in dataset.comparisons}
     pairs = [by_id[i] for i in split.query_ids()]

@@ -50,3 +50,29 @@ def test_correlation_ci_with_few_methods_is_wide_and_counts_undefined_resamples(
     assert ci["point"].value == pytest.approx(-1.0)
     assert ci["methods"] == 3 and ci["low"] <= ci["point"].value <= ci["high"]
     assert ci == correlation_ci(x, y, "kendall", n_boot=200, seed=0)
+
+
+def test_finding3_repeats_the_choice_of_both_bests_inside_every_resample():
+    """Two reward methods of equal quality whose ranking flips between resamples: the interval must
+    come from re-choosing the best in each resample, not from the winner chosen on all users."""
+    import numpy as np
+
+    from persalign.analysis.bootstrap import user_resamples
+    from persalign.analysis.study import MethodResult, best_minus_best
+
+    users = [f"u{i}" for i in range(8)]
+    rng = np.random.default_rng(5)
+
+    def method(label, kind, values):
+        result = MethodResult(label, "p", kind, 0, 1)
+        result.user_means["rouge1"] = dict(zip(users, values))
+        return result
+
+    icl = method("ICL", "icl", 20 + rng.normal(0, 1, 8))
+    a, b = method("A", "args", 15 + rng.normal(0, 3, 8)), method("B", "args", 15 + rng.normal(0, 3, 8))
+    got = best_minus_best([icl], [a, b], "rouge1", n_boot=400, seed=0)
+    x = {m.label: np.array([m.user_means["rouge1"][u] for u in users]) for m in (icl, a, b)}
+    draws = [x["ICL"][s].mean() - max(x["A"][s].mean(), x["B"][s].mean()) for s in user_resamples(users, 400, 0)]
+    assert got["low"] == pytest.approx(np.quantile(draws, 0.025))
+    assert got["high"] == pytest.approx(np.quantile(draws, 0.975))
+    assert got["mean"] == pytest.approx(x["ICL"].mean() - max(x["A"].mean(), x["B"].mean()))

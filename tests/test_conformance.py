@@ -178,7 +178,7 @@ def test_query_items_are_never_seen_during_fit_or_adapt():
     from persalign.registry import DATASETS
 
     writing = keep_active_users(DATASETS.get("demo")(DataConfig()), DataConfig())
-    dataset = build_pref_lamp(writing, HashingBowEmbedder(), 5, 0)
+    dataset = build_pref_lamp(writing, HashingBowEmbedder(), SplitConfig(adapt_fraction=0.25), top_k=5, seed=0)
     split = make_split(dataset, SplitConfig(adapt_fraction=0.25))
     seen = {i for ids in split.train.values() for i in ids} | {i for ids in split.heldout.values() for i in ids}
     seen |= {i for ids in split.support.values() for i in ids}

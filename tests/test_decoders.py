@@ -16,7 +16,7 @@ from persalign.registry import DATASETS, DECODERS
 def context():
     writing = keep_active_users(DATASETS.get("demo")(DataConfig()), DataConfig())
     embedder = CachedEmbedder(HashingBowEmbedder(), None)
-    dataset = build_pref_lamp(writing, embedder, top_k=5, seed=0)
+    dataset = build_pref_lamp(writing, embedder, SplitConfig(adapt_fraction=0.25), top_k=5, seed=0)
     return EvalContext(dataset, make_split(dataset, SplitConfig(adapt_fraction=0.25)), embedder)
 
 

@@ -45,3 +45,31 @@ def test_bertscore_with_offline_minilm():
     assert 0 < different["bertscore_f1"] < 90
     assert empty["bertscore_f1"] == 0.0
     assert metric.settings()["bertscore_layer"] == 6
+
+
+def test_rouge_defaults_to_no_stemming_like_lamp_and_hf_evaluate():
+    assert MetricsConfig().rouge_stemmer is False
+    default = RougeMetric(MetricsConfig()).score(["cats running"], ["cat runs"])[0]["rouge1"]
+    assert default == RougeMetric(MetricsConfig(rouge_stemmer=False)).score(["cats running"], ["cat runs"])[0]["rouge1"]
+
+
+def test_report_names_the_bertscore_encoder_and_layer_and_the_rouge_setting():
+    import pandas as pd
+
+    from persalign.report import bertscore_title, metrics_line
+
+    frame = pd.DataFrame({"settings": [{"rouge_stemmer": False, "bertscore_model": "minilm-l6", "bertscore_layer": 6,
+                                        "rescaled": False}]})
+    assert bertscore_title(frame) == "BERTScore-F1 (minilm-l6, layer 6)"
+    assert "no stemming" in metrics_line(frame) and "encoder `minilm-l6`, layer 6" in metrics_line(frame)
+
+
+def test_tldr_config_uses_appendix_f_latent_dimensions():
+    from persalign.config import load_config
+
+    from pathlib import Path
+
+    config = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "tldr.yaml"))
+    dims = {m.name: m.latent_dim for m in config.methods}
+    assert dims["lore"] == dims["lore_alt"] == dims["pal"] == dims["pref"] == 2
+    assert config.reward.mode == "lora"

@@ -219,3 +219,26 @@ def test_save_and_load_give_identical_rewards_without_pickle(tiny_lm, tmp_path, 
     with torch.no_grad():
         assert torch.equal(method.prefix_rewards(states, mask, users), loaded.prefix_rewards(states, mask, users))
     assert loaded.users == method.users
+
+
+@pytest.mark.parametrize("implementation", ["eager", "sdpa"])
+def test_tree_forward_candidates_see_only_the_prefix_and_themselves(implementation):
+    """Each candidate's state equals a separate teacher-forced forward of prefix + that candidate."""
+    from persalign.args_decoding import tree_forward
+    from persalign.decoding import left_pad
+    from persalign.models.loading import decoder_stack
+
+    model, tokenizer = tiny_llama(seed=3)
+    model.set_attn_implementation(implementation)
+    stack = decoder_stack(model)
+    prompts = [tokenizer.encode("a short prefix", add_special_tokens=False),
+               tokenizer.encode("another, longer prefix here", add_special_tokens=False)]
+    ids, mask, positions = left_pad(prompts, tokenizer.pad_token_id, "cpu")
+    candidates = torch.tensor([[5, 9, 17, 33], [40, 41, 42, 43]])
+    with torch.no_grad():
+        cache = stack(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True).past_key_values
+        states = tree_forward(stack, cache, mask, positions[:, -1] + 1, candidates)
+        for row, prompt in enumerate(prompts):
+            for j, token in enumerate(candidates[row].tolist()):
+                alone = stack(input_ids=torch.tensor([prompt + [token]])).last_hidden_state[0, -1]
+                assert torch.allclose(states[row, j], alone, atol=1e-4), (implementation, row, j)

@@ -58,16 +58,40 @@ def check_same_tokenizer(policy_tokenizer, rm_tokenizer) -> None:
         )
 
 
+TREE_MASK_IMPLEMENTATIONS = ("eager", "sdpa")  # both take an additive float 4D mask as given
+
+
+def tree_mask(mask: torch.Tensor, k: int, dtype: torch.dtype) -> torch.Tensor:
+    """(rows, 1, k, past + k) additive mask: each candidate sees the prefix and itself, never another candidate.
+
+    Additive floats (0 or the dtype's minimum), not booleans: eager attention
+    adds a 4D mask to the scores, so a boolean mask would add 0/1 and let every
+    candidate see every other one.
+    """
+    rows, past = mask.shape
+    sees_prefix = mask.bool()[:, None, None, :].expand(rows, 1, k, past)
+    sees_itself = torch.eye(k, dtype=torch.bool, device=mask.device)[None, None].expand(rows, 1, k, k)
+    allowed = torch.cat([sees_prefix, sees_itself], dim=-1)
+    return torch.zeros(allowed.shape, dtype=dtype, device=mask.device).masked_fill(~allowed, torch.finfo(dtype).min)
+
+
+def check_tree_attention(backbone) -> None:
+    implementation = getattr(backbone.config, "_attn_implementation", None) or "eager"
+    if implementation not in TREE_MASK_IMPLEMENTATIONS:
+        raise ConfigError(f"ARGS scores its k candidates with a custom 4D attention mask, which attention "
+                          f"implementation {implementation!r} does not take; load the reward backbone with "
+                          f"attn_implementation='sdpa' or 'eager'")
+
+
 def tree_forward(backbone, cache, mask: torch.Tensor, next_pos: torch.Tensor, candidates: torch.Tensor) -> torch.Tensor:
     """States of k candidate tokens appended to each row's cached prefix, in one forward.
 
     Appends k entries to `cache`; call `keep_chosen` afterwards.
     """
     rows, k = candidates.shape
-    past = mask.shape[1]
-    sees_prefix = mask.bool()[:, None, None, :].expand(rows, 1, k, past)
-    sees_itself = torch.eye(k, dtype=torch.bool, device=mask.device)[None, None].expand(rows, 1, k, k)
-    out = backbone(input_ids=candidates, attention_mask=torch.cat([sees_prefix, sees_itself], dim=-1),
+    check_tree_attention(backbone)
+    attention = tree_mask(mask, k, backbone.get_input_embeddings().weight.dtype)
+    out = backbone(input_ids=candidates, attention_mask=attention,
                    position_ids=next_pos[:, None].expand(rows, k), past_key_values=cache, use_cache=True)
     return out.last_hidden_state
 

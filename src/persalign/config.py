@@ -66,8 +66,8 @@ class GenerationConfig:
 @dataclass
 class MetricsConfig:
     bertscore_model: str = "minilm-l6"
-    bertscore_layer: int | None = None  # None: the encoder's last layer
-    rouge_stemmer: bool = True
+    bertscore_layer: int | None = None  # None: the encoder's last layer (paper: roberta-large, layer 17)
+    rouge_stemmer: bool = False  # LaMP's evaluation and HF evaluate's default
     names: list[str] = field(default_factory=lambda: ["rouge", "bertscore"])  # generation metrics
 
 

@@ -40,10 +40,39 @@ def results_frame(store: RunStore) -> pd.DataFrame:
     return pd.DataFrame(records)
 
 
+def metric_settings(frame: pd.DataFrame) -> dict:
+    """The generation metrics' settings recorded by the cells (the first cell that has them)."""
+    for settings in frame.get("settings", []):
+        if isinstance(settings, dict) and "rouge_stemmer" in settings:
+            return settings
+    return {}
+
+
+def bertscore_title(frame: pd.DataFrame) -> str:
+    settings = metric_settings(frame)
+    if "bertscore_model" not in settings:
+        return "BERTScore-F1"
+    return f"BERTScore-F1 ({settings['bertscore_model']}, layer {settings['bertscore_layer']})"
+
+
+def metrics_line(frame: pd.DataFrame) -> str:
+    """Which ROUGE and BERTScore these are, for the report header (comparable with the field or not)."""
+    settings = metric_settings(frame)
+    if not settings:
+        return "Generation metrics: none recorded."
+    stem = "Porter stemming" if settings.get("rouge_stemmer") else "no stemming (LaMP / HF evaluate default)"
+    line = f"ROUGE: rouge-score F1, {stem}."
+    if "bertscore_model" in settings:
+        line += (f" BERTScore-F1: encoder `{settings['bertscore_model']}`, layer {settings['bertscore_layer']}, "
+                 f"{'baseline-rescaled' if settings.get('rescaled') else 'no baseline rescaling'}.")
+    return line
+
+
 def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:
     """One Markdown table for one policy model: a row per method, mean ± std over seeds."""
     sub = frame[frame["policy"] == policy]
-    columns = [(key, title) for key, title in TABLE9_COLUMNS if key in sub.columns and sub[key].notna().any()]
+    titles = {**dict(TABLE9_COLUMNS), "bertscore_f1": bertscore_title(frame)}
+    columns = [(key, titles[key]) for key, _ in TABLE9_COLUMNS if key in sub.columns and sub[key].notna().any()]
     header = "| Method | " + " | ".join(title for _, title in columns) + " | Seeds |"
     lines = [header, "|" + "---|" * (len(columns) + 2)]
     labels = [label for label in row_order if label in set(sub["decoder"])]
@@ -128,7 +157,7 @@ def build_report(run_dir: str | Path) -> str:
              f"Data set: `{config['data']['dataset']}`; examples per cell: "
              f"{int(frame['examples'].max())} query items of {int(frame['users'].max())} adaptation users. "
              "Policy accuracy: strict s(chosen) > s(rejected) (ties: see rows.jsonl); "
-             "scores are means over users of per-user means (×100)."]
+             "scores are means over users of per-user means (×100).", "", metrics_line(frame)]
     for policy in dict.fromkeys(frame["policy"]):
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]
     parts += study_sections(analyse(run_dir), bon_curves(frame))

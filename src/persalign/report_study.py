@@ -107,7 +107,9 @@ def finding3(analysis: PolicyAnalysis) -> str:
             continue
         rows.append([title, f"{analysis.best_icl.mean(metric):.2f}", f"{analysis.best_reward.mean(metric):.2f}",
                      f"{diff['mean']:+.2f} [{diff['low']:+.2f}, {diff['high']:+.2f}]"])
-    return _table(header, rows)
+    return _table(header, rows) + ("\n\nBoth \"bests\" are chosen by ROUGE-1 on the same users the interval "
+                                   "resamples, so the choice is repeated inside every bootstrap resample "
+                                   "(the winners may differ between resamples).")
 
 
 def _interval_words(low, high) -> str:

@@ -8,7 +8,8 @@
   (ROUGE-1 of the method minus zero-shot on the same prompts, and the share of
   prompts where the method's ROUGE-1 really beats zero-shot);
 - Finding 3: best ICL variant vs best reward method on ROUGE-1 / ROUGE-L /
-  BERTScore-F1, as a paired (same users) bootstrap difference with a CI.
+  BERTScore-F1, as a paired (same users) bootstrap difference with a CI in
+  which the choice of both "bests" is repeated inside every resample.
 
 Per-user values average a method's seeds first, so every bootstrap resamples
 users and keeps each user's seeds together.
@@ -24,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from persalign.analysis.bootstrap import correlation_ci, metric_ci, per_user_means
+from persalign.analysis.bootstrap import correlation_ci, metric_ci, per_user_means, user_resamples
 from persalign.analysis.correlations import STATISTICS
 from persalign.runner.store import Cell, RunStore
 
@@ -111,13 +112,36 @@ def correlation_table(methods: list[MethodResult], x: str, y: str, n_boot: int, 
     return {s: correlation_ci(means_x, means_y, s, n_boot=n_boot, seed=seed) for s in STATISTICS}
 
 
-def paired_difference(a: MethodResult, b: MethodResult, metric: str, n_boot: int, seed: int) -> dict | None:
-    """Mean over users of a − b on the same users, with a bootstrap CI (users resampled)."""
-    ua, ub = a.user_means.get(metric, {}), b.user_means.get(metric, {})
-    users = sorted(set(ua) & set(ub))
+def best_minus_best(icl: list[MethodResult], reward: list[MethodResult], metric: str, n_boot: int, seed: int,
+                    level: float = 0.95) -> dict | None:
+    """Best ICL variant − best reward method on `metric`, the "best" of each chosen by ROUGE-1.
+
+    Choosing both on the users that are then bootstrapped would make the
+    interval too optimistic, so the choice is REPEATED inside every resample
+    (the winners may change from resample to resample); the point estimate
+    uses the choice on all users. Users are those every candidate has.
+    """
+    if not icl or not reward:
+        return None
+    candidates = icl + reward
+    users = sorted(set.intersection(*(set(m.user_means.get(metric, {})) & set(m.user_means.get("rouge1", {}))
+                                      for m in candidates)))
     if not users:
         return None
-    return metric_ci({u: ua[u] - ub[u] for u in users}, n_boot=n_boot, seed=seed)
+    select = np.array([[m.user_means["rouge1"][u] for u in users] for m in candidates])  # (methods, users)
+    value = np.array([[m.user_means[metric][u] for u in users] for m in candidates])
+    is_icl = np.array([m in icl for m in candidates])
+
+    def difference(sample) -> float:
+        chosen = select[:, sample].mean(1)
+        best_icl = np.flatnonzero(is_icl)[np.argmax(chosen[is_icl])]
+        best_reward = np.flatnonzero(~is_icl)[np.argmax(chosen[~is_icl])]
+        return float(value[best_icl, sample].mean() - value[best_reward, sample].mean())
+
+    draws = [difference(sample) for sample in user_resamples(users, n_boot, seed)]
+    low, high = np.quantile(draws, [(1 - level) / 2, 1 - (1 - level) / 2])
+    return {"mean": difference(np.arange(len(users))), "low": float(low), "high": float(high), "level": level,
+            "selection": "repeated in every bootstrap resample"}
 
 
 @dataclass
@@ -140,11 +164,10 @@ def analyse_policy(policy: str, methods: list[MethodResult], n_boot: int = 1000,
     icl = [m for m in methods if m.kind in ICL_DEPLOYMENTS]
     vs_rouge = {x: correlation_table(reward, x, "rouge1", n_boot, seed)
                 for x in ("rm_accuracy", "policy_accuracy", "win_rate")}
+    icl, reward_gen = [m for m in icl if m.user_means.get("rouge1")], [m for m in reward if m.user_means.get("rouge1")]
     by_rouge = lambda group: max(group, key=lambda m: m.mean("rouge1")) if group else None  # noqa: E731
-    best_icl, best_reward = by_rouge([m for m in icl if m.user_means.get("rouge1")]), \
-        by_rouge([m for m in reward if m.user_means.get("rouge1")])
-    differences = {metric: (paired_difference(best_icl, best_reward, metric, n_boot, seed)
-                            if best_icl and best_reward else None) for metric, _ in GENERATION_METRICS}
+    best_icl, best_reward = by_rouge(icl), by_rouge(reward_gen)
+    differences = {metric: best_minus_best(icl, reward_gen, metric, n_boot, seed) for metric, _ in GENERATION_METRICS}
     cis = {m.label: {metric: metric_ci(values, n_boot=n_boot, seed=seed)
                      for metric, values in m.user_means.items() if values} for m in methods}
     bon = [m for m in methods if m.kind == BEST_OF_N]

@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from persalign.config import DataConfig
+from persalign.config import DataConfig, SplitConfig
 from persalign.data.preflamp import build_pref_lamp
 from persalign.data.writing import UserWriting, keep_active_users
 from persalign.records import PreferenceDataset
 from persalign.registry import DATASETS
 
 
-def build_dataset(config: DataConfig, embedder_factory) -> PreferenceDataset:
+def build_dataset(config: DataConfig, embedder_factory, split: SplitConfig | None = None) -> PreferenceDataset:
     """Load `config.dataset`; per-user writing goes through the Pref-LaMP builder.
 
-    `embedder_factory()` is called only when an embedder is needed.
+    `embedder_factory()` is called only when an embedder is needed; `split` is
+    the user split that Pref-LaMP mines its negatives by (see data/preflamp.py).
     """
     loaded = DATASETS.get(config.dataset)(config)
     if isinstance(loaded, PreferenceDataset):
         return loaded
     assert isinstance(loaded, UserWriting), f"loader {config.dataset} returned {type(loaded).__name__}"
     writing = keep_active_users(loaded, config)
-    return build_pref_lamp(writing, embedder_factory(), top_k=config.negatives_top_k, seed=config.seed)
+    return build_pref_lamp(writing, embedder_factory(), split, top_k=config.negatives_top_k, seed=config.seed)

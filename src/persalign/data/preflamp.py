@@ -16,56 +16,121 @@ from collections import defaultdict
 
 import numpy as np
 
+from persalign.config import SplitConfig
+from persalign.data.split import UserSplit, make_split
 from persalign.data.writing import UserWriting
 from persalign.errors import DataError
 from persalign.records import Comparison, Completion, PreferenceDataset, UserItem
 
 
-def hard_negative_indices(
-    embeddings: np.ndarray, users: list[str], top_k: int, seed: int, chunk: int = 1024
-) -> tuple[np.ndarray, np.ndarray]:
-    """For each row, (index of the sampled negative, indices of its top-k other-user neighbours).
+def mine_negatives(embeddings: np.ndarray, user_ids: np.ndarray, rows: np.ndarray, pool: np.ndarray, top_k: int,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """For each of `rows`: (the sampled negative, its top-k neighbours), both indices drawn from `pool`.
 
-    Neighbours are ranked by cosine similarity (embeddings are L2-normalised);
-    ties are broken by index, so the result is fully determined by the seed.
+    Neighbours are the most cosine-similar pool items written by another user
+    (embeddings are L2-normalised); ties are broken by index, so the result is
+    fully determined by the generator.
     """
-    n = len(users)
-    user_ids = np.unique(np.array(users), return_inverse=True)[1]
-    counts = np.bincount(user_ids)
-    if len(counts) < 2:
-        raise ValueError("hard negatives need at least two users")
-    rng = np.random.default_rng(seed)
-    k = max(1, min(top_k, n - int(counts.max())))  # every row has k other-user items
-    neighbours = np.zeros((n, k), dtype=np.int64)
-    for start in range(0, n, chunk):
-        stop = min(start + chunk, n)
-        sims = embeddings[start:stop] @ embeddings.T
-        sims[user_ids[start:stop, None] == user_ids[None, :]] = -np.inf
-        neighbours[start:stop] = np.argsort(-sims, axis=1, kind="stable")[:, :k]
-    picks = neighbours[np.arange(n), rng.integers(0, k, size=n)]
+    counts = np.bincount(user_ids[pool], minlength=int(user_ids.max()) + 1)
+    k = min(top_k, len(pool) - int(counts[np.unique(user_ids[rows])].max()))  # every row has k other-user items
+    if k < 1:
+        raise ValueError("hard negatives need pool items from another user")
+    neighbours = np.zeros((len(rows), k), dtype=np.int64)
+    for start in range(0, len(rows), 1024):
+        block = rows[start : start + 1024]
+        sims = embeddings[block] @ embeddings[pool].T
+        sims[user_ids[block, None] == user_ids[None, pool]] = -np.inf
+        neighbours[start : start + len(block)] = pool[np.argsort(-sims, axis=1, kind="stable")[:, :k]]
+    picks = neighbours[np.arange(len(rows)), rng.integers(0, k, size=len(rows))]
     return picks, neighbours
 
 
-def build_pref_lamp(writing: UserWriting, embedder, top_k: int = 10, seed: int = 0) -> PreferenceDataset:
-    """Turn per-user (input, output) items into a preference data set (see module doc)."""
-    pair_items = [item for item in writing.items if item.input]
-    if len({item.user for item in pair_items}) < 2:
+def hard_negative_indices(embeddings: np.ndarray, users: list[str], top_k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Negatives for every row from every other user's items (one pool)."""
+    user_ids = np.unique(np.array(users), return_inverse=True)[1]
+    if user_ids.max(initial=0) < 1:
+        raise ValueError("hard negatives need at least two users")
+    everything = np.arange(len(users))
+    return mine_negatives(embeddings, user_ids, everything, everything, top_k, np.random.default_rng(seed))
+
+
+def deduplicate(writing: UserWriting) -> UserWriting:
+    """Keep the first item of every output text, across all users (identical items included).
+
+    An identical headline under two users, or twice under one, would otherwise
+    let a query item's own text reach training or the support set (as a train
+    user's chosen output, or as a mined negative). The same INPUT under several
+    users with different outputs stays: it is one article headlined by several
+    authors (LaMP-4's shape, and the built-in demo's), and says nothing of how
+    one author writes it; the split keeps each user's copies of a prompt together.
+    """
+    seen, kept = set(), []
+    for item in writing.items:
+        text = item.output.strip()
+        if text in seen:
+            continue
+        seen.add(text)
+        kept.append(item)
+    notes = dict(writing.notes)
+    notes["duplicate_outputs_dropped"] = len(writing.items) - len(kept)
+    return UserWriting(writing.name, writing.task, writing.source, kept, notes)
+
+
+def negative_pools(split: UserSplit, items: list[UserItem]) -> list[tuple[list[int], list[int]]]:
+    """(rows, pool) per split role: where each pair's rejected output may come from.
+
+    Train and held-out pairs (and items in no set): train users' items only.
+    Support pairs: train users' items (training data, never an evaluation text).
+    Query pairs: other adaptation users' non-support items, so no query text
+    (reference, input or negative) ever appears in a train, held-out or support pair.
+    With a single adaptation user, its query negatives come from train users.
+    """
+    index_of = {item.id: row for row, item in enumerate(items)}
+    rows_of = lambda sets: [index_of[i] for ids in sets.values() for i in ids]  # noqa: E731
+    train_items = rows_of(split.train) + rows_of(split.heldout)
+    support, query = rows_of(split.support), rows_of(split.query)
+    placed = set(train_items) | set(support) | set(query)
+    unplaced = [row for row in range(len(items)) if row not in placed]
+    if len(split.adapt_users) < 2:
+        return [(train_items + unplaced, train_items), (support + query, train_items)]
+    adapt_users, support_rows = set(split.adapt_users), set(support)
+    adapt_rest = [row for row, item in enumerate(items) if item.user in adapt_users and row not in support_rows]
+    return [(train_items + unplaced, train_items), (support, train_items), (query, adapt_rest)]
+
+
+def build_pref_lamp(writing: UserWriting, embedder, split_config: SplitConfig | None = None, top_k: int = 10,
+                    seed: int = 0) -> PreferenceDataset:
+    """Turn per-user (input, output) items into a preference data set (see module doc).
+
+    Items are de-duplicated first; the user split (`make_split` with
+    `split_config`, which depends only on ids, users and prompts) is fixed
+    before any negative is mined, and each role mines from its own pool
+    (`negative_pools`), so a later `make_split` of the result gives the same split.
+    """
+    writing = deduplicate(writing)
+    items = [item for item in writing.items if item.input]
+    if len({item.user for item in items}) < 2:
         raise DataError(writing.source, "Pref-LaMP needs items from at least two users")
-    embeddings = embedder.encode([item.input for item in pair_items]).astype(np.float32)
-    picks, neighbours = hard_negative_indices(embeddings, [i.user for i in pair_items], top_k, seed)
-    comparisons, completions = [], []
-    for row, item in enumerate(pair_items):
-        negative = pair_items[picks[row]]
-        if negative.output == item.output:  # another user wrote the very same text: take the next one
-            alternatives = [pair_items[j] for j in neighbours[row] if pair_items[j].output != item.output]
-            if not alternatives:
-                continue
-            negative = alternatives[0]
-        comparisons.append(Comparison(item.id, item.user, item.input, item.output, negative.output))
-        completions.append(Completion(item.id, item.user, item.input, item.output))
+    provisional = [Comparison(item.id, item.user, item.input, item.output, "") for item in items]
+    split = make_split(PreferenceDataset(writing.name, writing.task, provisional), split_config or SplitConfig())
+    embeddings = embedder.encode([item.input for item in items]).astype(np.float32)
+    user_ids = np.unique(np.array([item.user for item in items]), return_inverse=True)[1]
+    rng, rejected = np.random.default_rng(seed), {}
+    for rows, pool in negative_pools(split, items):
+        if not rows:
+            continue
+        try:
+            picks, _ = mine_negatives(embeddings, user_ids, np.array(rows), np.array(pool), top_k, rng)
+        except ValueError as error:
+            raise DataError(writing.source, f"Pref-LaMP negatives: {error} (too few users in a split role)") from None
+        rejected.update({row: items[pick].output for row, pick in zip(rows, picks)})
+    comparisons = [Comparison(item.id, item.user, item.input, item.output, rejected[row])
+                   for row, item in enumerate(items)]
+    completions = [Completion(item.id, item.user, item.input, item.output) for item in items]
     profiles: dict[str, list[UserItem]] = defaultdict(list)
     for item in writing.items:
         profiles[item.user].append(item)
     notes = dict(writing.notes)
-    notes.update(pairs=len(comparisons), negatives_top_k=top_k, embedder=getattr(embedder, "key", "?"))
+    notes.update(pairs=len(comparisons), negatives_top_k=top_k, embedder=getattr(embedder, "key", "?"),
+                 negatives="train/held-out/support: train users' items; query: other adaptation users' query items")
     return PreferenceDataset(writing.name, writing.task, comparisons, completions, dict(profiles), notes)

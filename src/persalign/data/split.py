@@ -4,6 +4,14 @@ Train users learn shared structure (their pairs split into `train` and a small
 `heldout` set for validation and λ selection). Each adaptation user's pairs
 split into `support` (adaptation: RM few-shot fit, ICL demonstrations) and
 `query` (evaluation). Seeded and deterministic; no item is in two sets.
+
+Splits cut GROUPS, not single pairs: a group is every pair with the same
+prompt (and conversation history): the other responses of one PRISM turn,
+the comparisons of one TL;DR post, one Pref-LaMP item. So "chosen vs A"
+cannot sit in support while "chosen vs B" is in query, and no held-out
+prompt (early stopping, λ choice) is also a training prompt. Train vs
+held-out is cut over the train users' groups together; support vs query per
+adaptation user.
 """
 
 from __future__ import annotations
@@ -33,10 +41,18 @@ class UserSplit:
         return {"train": self.train, "heldout": self.heldout, "support": self.support, "query": self.query}
 
 
-def _cut(ids: list[str], fraction: float, rng: np.random.Generator) -> tuple[list[str], list[str]]:
-    shuffled = [ids[i] for i in rng.permutation(len(ids))]
-    n_first = min(max(1, round(fraction * len(ids))), len(ids) - 1) if len(ids) > 1 else len(ids)
-    return sorted(shuffled[:n_first]), sorted(shuffled[n_first:])
+def group_key(comparison) -> tuple:
+    """Pairs with the same key share a prompt and must stay in one set."""
+    return comparison.prompt, comparison.history
+
+
+def _cut(ids: list[str], fraction: float, rng: np.random.Generator, groups: dict[str, tuple]) -> tuple[list[str], list[str]]:
+    """Split `ids` into (first, rest) by whole groups; `fraction` of the groups go first."""
+    keys = sorted(set(groups[i] for i in ids), key=repr)
+    shuffled = [keys[i] for i in rng.permutation(len(keys))]
+    n_first = min(max(1, round(fraction * len(keys))), len(keys) - 1) if len(keys) > 1 else len(keys)
+    first = set(shuffled[:n_first])
+    return sorted(i for i in ids if groups[i] in first), sorted(i for i in ids if groups[i] not in first)
 
 
 def _most_active_split(by_user, config: SplitConfig, rng, name):
@@ -55,6 +71,15 @@ def _most_active_split(by_user, config: SplitConfig, rng, name):
     return train_users, adapt_users, by_user
 
 
+def _train_heldout(by_user, train_users, fraction: float, rng, groups) -> tuple[dict, dict]:
+    """Held-out groups cut over all train users together (a prompt never in both)."""
+    ids = [i for user in train_users for i in by_user[user]]
+    heldout_ids = set(_cut(ids, fraction, rng, groups)[0]) if fraction > 0 and len(ids) > 1 else set()
+    train = {u: [i for i in by_user[u] if i not in heldout_ids] for u in train_users}
+    heldout = {u: [i for i in by_user[u] if i in heldout_ids] for u in train_users}
+    return train, heldout
+
+
 def make_split(dataset: PreferenceDataset, config: SplitConfig) -> UserSplit:
     by_user = {u: sorted(c.id for c in cs) for u, cs in dataset.comparisons_by_user().items()}
     users = sorted(by_user)
@@ -69,16 +94,14 @@ def make_split(dataset: PreferenceDataset, config: SplitConfig) -> UserSplit:
         order = [users[i] for i in rng.permutation(len(users))]
         n_adapt = min(max(1, round(config.adapt_fraction * len(users))), len(users) - 1)
         adapt_users, train_users = sorted(order[:n_adapt]), sorted(order[n_adapt:])
-    train, heldout, support, query = {}, {}, {}, {}
-    for user in train_users:
-        if config.heldout_fraction > 0 and len(by_user[user]) > 1:
-            heldout[user], train[user] = _cut(by_user[user], config.heldout_fraction, rng)
-        else:
-            heldout[user], train[user] = [], list(by_user[user])
+    groups = {c.id: group_key(c) for c in dataset.comparisons}
+    train, heldout = _train_heldout(by_user, train_users, config.heldout_fraction, rng, groups)
+    support, query = {}, {}
     for user in adapt_users:
-        if len(by_user[user]) < 2:
-            raise DataError(dataset.name, f"adaptation user {user!r} has {len(by_user[user])} pair(s); needs 2+")
-        support[user], query[user] = _cut(by_user[user], config.support_fraction, rng)
+        if len({groups[i] for i in by_user[user]}) < 2:
+            raise DataError(dataset.name, f"adaptation user {user!r} has {len(by_user[user])} pair(s) on fewer than "
+                                          "2 prompts; needs 2+ prompts (support and query)")
+        support[user], query[user] = _cut(by_user[user], config.support_fraction, rng, groups)
         if config.max_query_per_user:
             query[user] = query[user][: config.max_query_per_user]
     return UserSplit(train_users, adapt_users, train, heldout, support, query)

@@ -11,7 +11,7 @@ from persalign.models.embedders import load_embedder
 
 
 def summarize_data(config: RunConfig, examples: int = 3) -> str:
-    dataset = build_dataset(config.data, lambda: load_embedder(config.data.embedder, config.cache_dir))
+    dataset = build_dataset(config.data, lambda: load_embedder(config.data.embedder, config.cache_dir), config.split)
     per_user = np.array([len(v) for v in dataset.comparisons_by_user().values()])
     split = make_split(dataset, config.split)
     lines = [

@@ -79,7 +79,7 @@ def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
     progress = Progress(total, total - len(todo) - len(method_todo), log)
 
     embedder = load_embedder(config.data.embedder, config.cache_dir)
-    dataset = build_dataset(config.data, lambda: embedder)
+    dataset = build_dataset(config.data, lambda: embedder, config.split)
     split = make_split(dataset, config.split)
     examples = query_examples(dataset, split)
     log(f"data {dataset.name}: {len(dataset.users())} users, {len(dataset.comparisons)} pairs; "
