@@ -33,8 +33,10 @@ def _cmd_study(args) -> None:
     run_study(args.configs, args.overrides, args.output, args.quick)
 
 
-def _cmd_report(args) -> None:
+def _cmd_report(args) -> int:
+    """Exit 1 (report still written) when damaged cells had to be skipped."""
     from persalign.report import build_report
+    from persalign.runner.store import RunStore
 
     if args.format == "html":
         from persalign.report_html import build_html_report
@@ -42,6 +44,11 @@ def _cmd_report(args) -> None:
         print(f"wrote {build_html_report(args.run_dir)}")
     else:
         print(build_report(args.run_dir))
+    store = RunStore(args.run_dir)
+    store.all_metrics()
+    for problem in store.problems:
+        print(f"persalign: damaged cell {problem}", file=sys.stderr)
+    return 1 if store.problems else 0
 
 
 def _cmd_data_summary(args) -> None:
@@ -107,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(args, "overrides"):
         args.overrides = overrides + args.overrides
     try:
-        args.handler(args)
+        code = args.handler(args) or 0
     except PersalignError as exc:
         print(f"persalign: error: {exc}", file=sys.stderr)
         return 2
@@ -115,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         print("persalign: interrupted; completed batches are saved, re-run the same command to resume",
               file=sys.stderr)
         return 130
-    return 0
+    return code
 
 
 if __name__ == "__main__":

@@ -246,4 +246,9 @@ def load_config(name_or_path: str, overrides: list[str] = (), cls: type = RunCon
         raise ConfigError(f"{path}: the top level must be a mapping")
     for override in overrides:
         apply_override(data, override)
-    return from_dict(cls, data, where=str(path))
+    config = from_dict(cls, data, where=str(path))
+    if cls is RunConfig:
+        from persalign.config_checks import validate
+
+        validate(config, where=str(path))
+    return config

@@ -68,6 +68,15 @@ def metrics_line(frame: pd.DataFrame) -> str:
     return line
 
 
+def _clipped_shots(rows: pd.DataFrame) -> str:
+    """' (3.2 demos used on average)' where a user's support set held fewer items than `shots`."""
+    if "demos_used_mean" not in rows or rows["demos_used_mean"].isna().all():
+        return ""
+    shots = [s.get("shots") for s in rows["settings"] if isinstance(s, dict)]
+    used = float(rows["demos_used_mean"].mean())
+    return f" ({used:.1f} demos used on average)" if shots and shots[0] and used < shots[0] - 1e-9 else ""
+
+
 def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:
     """One Markdown table for one policy model: a row per method, mean ± std over seeds."""
     sub = frame[frame["policy"] == policy]
@@ -81,7 +90,7 @@ def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:
         rows = sub[sub["decoder"] == label]
         cells = [mean_std(rows[key].tolist()) for key, _ in columns]
         seeds = len(rows) if bool(rows["seed_dependent"].iloc[0]) else f"{len(rows)} (seed-free)"
-        lines.append(f"| {label} | " + " | ".join(cells) + f" | {seeds} |")
+        lines.append(f"| {label}{_clipped_shots(rows)} | " + " | ".join(cells) + f" | {seeds} |")
     return "\n".join(lines)
 
 
@@ -148,9 +157,11 @@ def bon_curves(frame: pd.DataFrame) -> dict[str, dict[str, dict]]:
 
 def build_report(run_dir: str | Path) -> str:
     store = RunStore(run_dir)
+    store.check_is_run()
     frame = results_frame(store)
+    problems = getattr(store, "problems", [])
     if frame.empty:
-        return f"No completed cells in {run_dir} yet."
+        return f"No completed cells in {run_dir} yet." + "".join(f"\n- {p}" for p in problems)
     config = store.config()
     order = list(dict.fromkeys(frame.sort_values(["decoder_index", "decoder"])["decoder"]))
     parts = [f"# persalign report: {config.get('name', '')}", "",
@@ -165,6 +176,8 @@ def build_report(run_dir: str | Path) -> str:
     ties = frame.groupby("decoder")["policy_ties"].mean()
     if (ties > 0).any():
         parts += ["", "Policy-accuracy ties (%): " + ", ".join(f"{k} {v:.2f}" for k, v in ties.items() if v > 0)]
+    if problems:
+        parts += ["", "## Damaged cells (not in any table above)", ""] + [f"- {p}" for p in problems]
     text = "\n".join(parts) + "\n"
     (Path(run_dir) / "report.md").write_text(text)
     return text

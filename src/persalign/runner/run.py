@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from persalign.config import RunConfig, to_dict
+from persalign.config_checks import validate
 from persalign.data.build import build_dataset
 from persalign.data.split import make_split
 from persalign.decoders.base import EvalContext
@@ -21,8 +22,9 @@ from persalign.prompts import PromptFormatter
 from persalign.registry import DECODERS, METRICS
 from persalign.runner import provenance
 from persalign.runner.evaluate import CellJob, query_examples, run_cell
+from persalign.runner.lock import locked
 from persalign.runner.reward_run import RewardBackbones, reward_cells, run_reward_cells
-from persalign.runner.store import Cell, RunStore
+from persalign.runner.store import Cell, RunStore, check_distinct_dirs
 
 
 def make_decoders(config: RunConfig) -> list:
@@ -61,8 +63,13 @@ class Progress:
 
 
 def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
-    if not config.seeds:
-        raise ConfigError("seeds: give at least one seed")
+    """Every cell of `config` into `out_dir`, holding the directory's lock (a second run is refused)."""
+    validate(config)
+    with locked(out_dir, log):
+        return _run_cells(config, out_dir, log)
+
+
+def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
     started = time.perf_counter()
     store = RunStore(out_dir)
     device = str(resolve_device(config.device))
@@ -70,6 +77,7 @@ def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
     decoders = make_decoders(config)
     cells = planned_cells(config, decoders)
     method_cells = reward_cells(config)
+    check_distinct_dirs([c[0] for c in cells] + method_cells)
     todo = [c for c in cells if not store.is_complete(c[0])]
     method_todo = [c for c in method_cells if not store.is_complete(c)]
     total = len(cells) + len(method_cells)

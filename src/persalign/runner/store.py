@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 
-from persalign.errors import ConfigError
+from persalign.errors import ConfigError, DataError, PersalignError
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,18 @@ class Cell:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_") or "_"
+    """A directory name for a label: never '.', '..' or hidden (a label of '..' must not leave the run dir)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_").lstrip(".") or "_"
+
+
+def check_distinct_dirs(cells: list[Cell]) -> None:
+    """Two different labels that map to one directory would mix their rows: refuse them."""
+    seen: dict[Path, Cell] = {}
+    for cell in cells:
+        other = seen.setdefault(cell.relpath(), cell)
+        if other != cell:
+            raise ConfigError(f"labels {other.decoder!r} and {cell.decoder!r} map to the same result folder "
+                              f"{cell.relpath()}; give one of them another `label`")
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -114,15 +125,16 @@ class RunStore:
         return self.read_jsonl(cell, "rows.jsonl", _repair)
 
     def read_jsonl(self, cell: Cell, name: str, repair: bool = False) -> list[dict]:
+        """Complete lines of a cell's JSONL file; a last line cut by a kill (even inside a multibyte
+        character) is dropped, and with `repair` removed from the file. Works on bytes: a torn
+        UTF-8 sequence must never stop a resume."""
         path = self.cell_dir(cell) / name
         if not path.exists():
             return []
-        records, lines = [], path.read_text(encoding="utf-8").splitlines(keepends=True)
-        for line in lines:
-            if not line.endswith("\n"):  # a write cut short by a kill
-                break
-            records.append(json.loads(line))
-        if repair and len(records) != len(lines):
+        complete, _, torn = path.read_bytes().rpartition(b"\n")
+        records = [_parse_line(path, number, line) for number, line in enumerate(complete.split(b"\n"), 1)
+                   if complete or line]
+        if repair and torn:
             self._rewrite(cell, name, records)
         return records
 
@@ -133,4 +145,47 @@ class RunStore:
         _atomic_write(self.cell_dir(cell) / "metrics.json", json.dumps(metrics, indent=2))
 
     def all_metrics(self) -> list[dict]:
-        return [json.loads(p.read_text()) for p in sorted(self.root.glob("cells/*/*/*/metrics.json"))]
+        """Every finished cell's metrics; damaged cells are skipped and described in `self.problems`."""
+        self.problems: list[str] = []
+        found = []
+        for path in sorted(self.root.glob("cells/*/*/*/metrics.json")):
+            try:
+                metrics = json.loads(path.read_bytes().decode("utf-8"))
+                if not isinstance(metrics, dict) or not {"policy", "decoder", "seed"} <= set(metrics):
+                    raise ValueError("not a persalign metrics record")
+                if not (path.parent / "rows.jsonl").exists():
+                    raise ValueError("rows.jsonl is missing beside it")
+                self.read_jsonl(Cell(metrics["policy"], metrics["decoder"], metrics["seed"]), "rows.jsonl")
+            except (ValueError, DataError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+                self.problems.append(f"{path.parent.relative_to(self.root)}: skipped ({_short(error)})")
+                continue
+            found.append(metrics)
+        return found
+
+    def check_is_run(self) -> None:
+        """A clear error unless `root` is a run directory with a readable config."""
+        if not self.root.exists():
+            raise PersalignError(f"{self.root}: no such run directory")
+        if not self.root.is_dir() or not (self.root / "config.yaml").exists():
+            raise PersalignError(f"{self.root}: not a run directory (no config.yaml; give the folder "
+                                 "`persalign run -o` wrote)")
+        try:
+            config = yaml.safe_load((self.root / "config.yaml").read_bytes().decode("utf-8"))
+        except (yaml.YAMLError, UnicodeDecodeError) as error:
+            raise PersalignError(f"{self.root / 'config.yaml'}: damaged ({_short(error)})") from None
+        if not isinstance(config, dict) or "data" not in config:
+            raise PersalignError(f"{self.root / 'config.yaml'}: damaged (not a persalign run config)")
+
+
+def _short(error: Exception) -> str:
+    return str(error).splitlines()[0][:160]
+
+
+def _parse_line(path: Path, number: int, line: bytes) -> dict:
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise DataError(path, f"line {number} is damaged ({_short(error)})") from None
+    if not isinstance(record, dict):
+        raise DataError(path, f"line {number} is not a JSON object")
+    return record

@@ -1,0 +1,100 @@
+"""Range checks of every config value, run when a config is read, before any work.
+
+Types are checked by `config.from_dict`; this module checks what a type
+cannot say (a batch size of 0, an empty λ grid, an unknown rule name). The
+rules are data: one line per key, with what is allowed, so a message names
+the key, the value and the rule in one line:
+
+    config.generation.batch_size: 0 is not allowed (must be an integer >= 1)
+
+    persalign run demo generation.batch_size=0
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from persalign.errors import ConfigError
+
+SELECTION_RULES = ("auto", "policy_accuracy", "harmonic", "fixed")
+REWARD_MODES = ("frozen", "lora")
+
+
+def _at_least(low) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v is not None and v >= low), f"a number >= {low}"
+
+
+def _optional_at_least(low) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v is None or v >= low), f"empty (null) or a number >= {low}"
+
+
+def _fraction() -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: 0 < v < 1), "a fraction strictly between 0 and 1"
+
+
+def _one_of(names) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v in names), f"one of {list(names)}"
+
+
+def _nonempty_list(item_ok: Callable[[Any], bool], what: str) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: bool(v) and all(item_ok(x) for x in v)), f"a non-empty list of {what}"
+
+
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "seeds": _nonempty_list(lambda s: isinstance(s, int), "integers"),
+    "policies": _nonempty_list(lambda p: bool(p), "model ids"),
+    "generation.batch_size": _at_least(1),
+    "generation.max_new_tokens": _at_least(1),
+    "generation.max_prompt_tokens": _at_least(1),
+    "split.adapt_fraction": _fraction(),
+    "split.support_fraction": _fraction(),
+    "split.heldout_fraction": ((lambda v: 0 <= v < 1), "a fraction in [0, 1)"),
+    "split.max_query_per_user": _optional_at_least(1),
+    "data.min_items_per_user": _at_least(1),
+    "data.max_items_per_user": _optional_at_least(1),
+    "data.negatives_top_k": _at_least(1),
+    "reward.mode": _one_of(REWARD_MODES),
+    "reward.batch_size": _at_least(1),
+    "reward.epochs": _at_least(1),
+    "reward.patience": _at_least(1),
+    "reward.adapt_epochs": _optional_at_least(1),
+    "reward.max_steps": _optional_at_least(1),
+    "reward.feature_batch_size": _at_least(1),
+    "args.top_k": _at_least(1),
+    "args.lambdas": _nonempty_list(lambda x: x >= 0, "numbers >= 0"),
+    "args.selection": _one_of(SELECTION_RULES),
+    "args.validation_size": _at_least(1),
+    "best_of_n.ns": _nonempty_list(lambda n: isinstance(n, int) and n >= 1, "integers >= 1"),
+    "best_of_n.temperature": ((lambda v: v > 0), "a number > 0"),
+}
+DECODER_RULES = {"shots": _at_least(0)}
+METHOD_RULES = {"max_steps": _optional_at_least(1), "adapt_epochs": _optional_at_least(1),
+                "latent_dim": _optional_at_least(1)}
+
+
+def _get(config, dotted: str):
+    for part in dotted.split("."):
+        config = getattr(config, part)
+    return config
+
+
+def _check(value, rule, key: str, where: str) -> None:
+    ok, allowed = rule
+    try:
+        good = ok(value)
+    except TypeError:
+        good = False
+    if not good:
+        raise ConfigError(f"{where}.{key}: {value!r} is not allowed (must be {allowed})")
+
+
+def validate(config, where: str = "config") -> None:
+    """Raise ConfigError on the first value outside its allowed range."""
+    for key, rule in RULES.items():
+        _check(_get(config, key), rule, key, where)
+    for i, decoder in enumerate(config.decoders):
+        for key, rule in DECODER_RULES.items():
+            _check(getattr(decoder, key), rule, f"decoders[{i}].{key}", where)
+    for i, method in enumerate(config.methods):
+        for key, rule in METHOD_RULES.items():
+            _check(getattr(method, key), rule, f"methods[{i}].{key}", where)

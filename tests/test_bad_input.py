@@ -1,0 +1,181 @@
+"""The bad-input suite: every case is one clear line and a non-zero exit, and nothing already computed is lost.
+
+Grows with the code: one test (or parameter) per case found by the hostile-input probe (issue #15).
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from persalign import cli
+from persalign.runner.lock import RunLockedError, locked
+from persalign.runner.run import run
+from tests.test_runner import TINY, metrics_without_timing, tiny_config
+
+QUIET = dict(log=lambda *_: None)
+
+
+def cli_error(capsys, argv) -> str:
+    """Run the CLI, expect a non-zero exit and exactly one line on stderr; return that line."""
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0, err
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.mark.parametrize("override, message", [
+    ("generation.batch_size=0", "generation.batch_size: 0 is not allowed (must be a number >= 1)"),
+    ("generation.max_new_tokens=-1", "generation.max_new_tokens: -1 is not allowed (must be a number >= 1)"),
+    ("args.top_k=0", "args.top_k: 0 is not allowed (must be a number >= 1)"),
+    ("args.lambdas=[]", "args.lambdas: [] is not allowed (must be a non-empty list of numbers >= 0)"),
+    ("best_of_n.ns=[]", "best_of_n.ns: [] is not allowed (must be a non-empty list of integers >= 1)"),
+    ("args.selection=bogus", "args.selection: 'bogus' is not allowed (must be one of ['auto', 'policy_accuracy', "
+                             "'harmonic', 'fixed'])"),
+    ("decoders=[{name: icl, shots: -2}]", "decoders[0].shots: -2 is not allowed (must be a number >= 0)"),
+    ("seeds=[]", "seeds: [] is not allowed (must be a non-empty list of integers)"),
+    ("split.support_fraction=1.5", "split.support_fraction: 1.5 is not allowed (must be a fraction strictly between "
+                                   "0 and 1)"),
+])
+def test_out_of_range_config_values_are_refused_before_any_work(tmp_path, capsys, override, message):
+    line = cli_error(capsys, ["run", "demo", "-o", str(tmp_path / "run"), override])
+    assert line.startswith("persalign: error: ") and line.endswith(message)
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_run_dir_that_is_a_file_is_refused(tmp_path, capsys):
+    target = tmp_path / "file.txt"
+    target.write_text("keep me")
+    line = cli_error(capsys, ["run", "demo", "-o", str(target)] + TINY)
+    assert line == f"persalign: error: {target}: the run directory is a file; choose another output folder (-o)"
+    assert target.read_text() == "keep me"
+
+
+def test_labels_cannot_leave_the_cell_folder_or_collide(tmp_path, capsys, cache_dir):
+    store = run(tiny_config("seeds=[0]", "decoders=[{name: zero_shot, label: '..'}]"), tmp_path / "run", **QUIET)
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and cache_dir not in p.parents]
+    assert all(store.root in p.parents for p in written)
+    capsys.readouterr()
+    line = cli_error(capsys, ["run", "demo", "-o", str(tmp_path / "b")] + TINY
+                     + ["decoders=[{name: zero_shot, label: 'a b'}, {name: icl, shots: 1, label: 'a_b'}]"])
+    assert line.endswith("labels 'a b' and 'a_b' map to the same result folder "
+                         "cells/tiny-llama/a_b/seed-0; give one of them another `label`")
+
+
+def test_shots_larger_than_the_support_set_are_clipped_recorded_and_reported(tmp_path, cache_dir):
+    store = run(tiny_config("seeds=[0]", "decoders=[{name: icl_rag, shots: 500}]"), tmp_path / "run", **QUIET)
+    (metrics,) = store.all_metrics()
+    assert metrics["demos_used_max"] < 500 if "demos_used_max" in metrics else metrics["demos_used_mean"] < 500
+    from persalign.report import build_report
+
+    assert f"ICL-RAG (500-shot) ({metrics['demos_used_mean']:.1f} demos used on average)" in build_report(store.root)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    os.environ.setdefault("PERSALIGN_CACHE", str(tmp_path_factory.mktemp("cache")))
+    return run(tiny_config("seeds=[0]"), tmp_path_factory.mktemp("done") / "run", **QUIET).root
+
+
+def copy_of(finished_run, tmp_path):
+    return shutil.copytree(finished_run, tmp_path / "copy")
+
+
+def test_report_on_missing_or_wrong_directories(tmp_path, capsys, finished_run):
+    missing = tmp_path / "nope"
+    assert cli_error(capsys, ["report", str(missing)]) == f"persalign: error: {missing}: no such run directory"
+    config_file = finished_run / "config.yaml"
+    assert cli_error(capsys, ["report", str(config_file)]).startswith(
+        f"persalign: error: {config_file}: not a run directory (no config.yaml")
+    root = copy_of(finished_run, tmp_path)
+    (root / "config.yaml").write_bytes(b"data: [unclosed\n")
+    assert cli_error(capsys, ["report", str(root)]).startswith(f"persalign: error: {root / 'config.yaml'}: damaged (")
+    (root / "config.yaml").unlink()
+    assert "not a run directory" in cli_error(capsys, ["report", str(root)])
+
+
+@pytest.mark.parametrize("damage", ["empty_metrics", "truncated_metrics", "non_utf8_rows", "cut_rows_json",
+                                    "missing_rows"])
+def test_a_damaged_cell_is_named_and_skipped_while_the_others_report(tmp_path, capsys, finished_run, damage):
+    root = copy_of(finished_run, tmp_path)
+    cell = sorted(root.glob("cells/*/*/seed-0"))[0]
+    metrics, rows = cell / "metrics.json", cell / "rows.jsonl"
+    if damage == "empty_metrics":
+        metrics.write_bytes(b"")
+    elif damage == "truncated_metrics":
+        metrics.write_bytes(metrics.read_bytes()[:40])
+    elif damage == "non_utf8_rows":
+        rows.write_bytes(b"\xff\xfe not text\n" + rows.read_bytes())
+    elif damage == "cut_rows_json":
+        rows.write_bytes(rows.read_bytes()[:30] + b"\n")
+    else:
+        rows.unlink()
+    code = cli.main(["report", str(root)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    assert err.strip().splitlines() == [f"persalign: damaged cell {cell.relative_to(root)}: skipped " +
+                                        err.split(": skipped ", 1)[1].strip()]
+    assert "## Damaged cells" in out and str(cell.relative_to(root)) in out
+    others = [c for c in root.glob("cells/*/*/seed-0") if c != cell]
+    assert all(f"| {json.loads((c / 'metrics.json').read_text())['decoder']} |" in out for c in others)
+
+
+def test_resume_survives_a_write_torn_inside_a_multibyte_character(tmp_path, cache_dir):
+    reference = run(tiny_config("seeds=[0]"), tmp_path / "reference", **QUIET)
+    victim = run(tiny_config("seeds=[0]"), tmp_path / "victim", **QUIET)
+    cell = sorted(victim.root.glob("cells/*/*/seed-0"))[0]
+    (cell / "metrics.json").unlink()  # as if killed before the cell finished
+    torn = '{"id": "x", "batch": 99, "generation": "caf\u00e9'.encode("utf-8")[:-1]  # half of "é"
+    with (cell / "rows.jsonl").open("ab") as handle:
+        handle.write(torn)
+    resumed = run(tiny_config("seeds=[0]"), tmp_path / "victim", **QUIET)
+    assert metrics_without_timing(resumed) == metrics_without_timing(reference)
+    assert (cell / "rows.jsonl").read_bytes().endswith(b"\n")
+
+
+def test_a_second_run_on_a_locked_directory_is_refused_in_one_line(tmp_path, capsys, cache_dir):
+    target = tmp_path / "run"
+    with locked(target):
+        line = cli_error(capsys, ["run", "demo", "-o", str(target)] + TINY)
+    assert line.startswith(f"persalign: error: {target} is in use by pid {os.getpid()} on host ")
+    with pytest.raises(RunLockedError):
+        with locked(target):
+            with locked(target):
+                pass
+
+
+def test_two_processes_one_directory_one_refused_the_other_exact(tmp_path, cache_dir):
+    """A real second process runs; the in-process run on the same folder is refused; its results are exact."""
+    target = tmp_path / "shared"
+    child = subprocess.Popen([sys.executable, "-m", "persalign.cli", "run", "demo", "-o", str(target)] + TINY
+                             + ["seeds=[0]"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                             env={**os.environ, "PERSALIGN_CACHE": str(cache_dir)})
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((target / ".lock").exists() and (target / ".lock").read_text()):
+        time.sleep(0.05)
+    with pytest.raises(RunLockedError, match=f"in use by pid {child.pid}"):
+        run(tiny_config("seeds=[0]"), target, **QUIET)
+    assert child.wait(timeout=300) == 0, child.stderr.read()
+    reference = run(tiny_config("seeds=[0]"), tmp_path / "alone", **QUIET)
+    from persalign.runner.store import RunStore
+
+    assert metrics_without_timing(RunStore(target)) == metrics_without_timing(reference)
+
+
+def test_a_lock_left_by_a_killed_process_is_taken_over_with_a_message(tmp_path, cache_dir):
+    target = tmp_path / "run"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from persalign.runner.lock import locked\n"
+                               f"with locked({str(target)!r}):\n    print('held', flush=True); time.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    messages = []
+    run(tiny_config("seeds=[0]", "decoders=[{name: zero_shot}]"), target, log=messages.append)
+    assert any(f"taking over the lock of {target} left by pid {holder.pid}" in m for m in messages)
