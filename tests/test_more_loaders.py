@@ -60,7 +60,8 @@ def test_prism_pairs_context_and_dropped_users(tiny_lm, fixtures):
 
 def test_personalized_rewardbench_keeps_profile_and_never_the_rubric(fixtures):
     data = load("personalized_rewardbench", fixtures / "personalized_rewardbench.jsonl")
-    assert len(data.comparisons) == 3 and len(data.users()) == 2  # the same profile is the same user
+    assert len(data.comparisons) == 2 and len(data.users()) == 1  # the same profile is the same user
+    assert data.notes["records_with_empty_profile_dropped"] == 1  # never a phantom user
     shown = json.dumps([c.__dict__ for c in data.comparisons]) + json.dumps(
         [[i.__dict__ for i in items] for items in data.profiles.values()])
     assert "SECRET" not in shown

@@ -16,11 +16,22 @@ def existing_file(path: str | Path, what: str = "data file") -> Path:
     return path
 
 
+def _decode(path: Path, raw: bytes, where: str, offset: int) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte offset {offset + exc.start} "
+                              "of the file)", where) from None
+
+
 def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield (line number, object) for each non-blank line of a JSONL file."""
     path = existing_file(path)
-    with path.open(encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        offset = 0
+        for lineno, raw in enumerate(handle, start=1):
+            line = _decode(path, raw, f"line {lineno}", offset)
+            offset += len(raw)
             if not line.strip():
                 continue
             try:
@@ -34,8 +45,15 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def read_json(path: str | Path) -> Any:
     path = existing_file(path)
+    raw = path.read_bytes()
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise DataError(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte offset {exc.start})",
+                        f"line {line}") from None
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise DataError(path, f"invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from exc
 
@@ -50,3 +68,33 @@ def require_text(record: dict[str, Any], key: str, path: Path | str, where: str)
     if not value.strip():
         raise DataError(path, f"field {key!r} is empty", where)
     return value.strip()
+
+
+def optional_text(record: dict[str, Any], key: str, path: Path | str, where: str) -> str | None:
+    """An optional string field (absent or null: None); any other type is a DataError."""
+    value = record.get(key)
+    if value is not None and not isinstance(value, str):
+        raise DataError(path, f"field {key!r} must be a string, got {type(value).__name__}", where)
+    return value
+
+
+def record_id(record: dict[str, Any], key: str, path: Path | str, where: str) -> str | None:
+    """An optional id field: a string or an integer (a list or object is a DataError)."""
+    value = record.get(key)
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise DataError(path, f"field {key!r} must be a string or an integer, got {type(value).__name__}", where)
+    return str(value)
+
+
+class UniqueIds:
+    """Remembers where each id was seen; a second sighting is a DataError naming both records."""
+
+    def __init__(self, path: Path | str, what: str = "id"):
+        self.path, self.what, self.seen = path, what, {}
+
+    def add(self, value, where: str) -> None:
+        if value in self.seen:
+            raise DataError(self.path, f"duplicate {self.what} {value!r} (first at {self.seen[value]})", where)
+        self.seen[value] = where

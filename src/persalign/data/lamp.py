@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from persalign.config import DataConfig
-from persalign.data.jsonio import read_json, require_text
+from persalign.data.jsonio import UniqueIds, optional_text, read_json, record_id, require_text
 from persalign.data.writing import UserWriting
 from persalign.errors import DataError
 from persalign.records import UserItem
@@ -40,17 +40,13 @@ def _outputs_path(questions: Path) -> Path:
 def _profile_item(task: str, user: str, raw, path: Path, where: str) -> UserItem:
     if not isinstance(raw, dict):
         raise DataError(path, "profile item must be an object", where)
-    item_id = f"{user}/{raw.get('id', '')}"
+    item_id = f"{user}/{record_id(raw, 'id', path, where) or ''}"
     input_key = LAMP_TASKS[task][2]
+    date = optional_text(raw, "date", path, where)
     if input_key is None:  # LaMP-7: the tweet itself is the user's writing
-        return UserItem(item_id, user, "", require_text(raw, "text", path, where), raw.get("date"))
-    return UserItem(
-        item_id,
-        user,
-        require_text(raw, input_key, path, where),
-        require_text(raw, "title", path, where),
-        raw.get("date"),
-    )
+        return UserItem(item_id, user, "", require_text(raw, "text", path, where), date)
+    return UserItem(item_id, user, require_text(raw, input_key, path, where), require_text(raw, "title", path, where),
+                    date)
 
 
 @register_dataset("lamp")
@@ -66,21 +62,23 @@ def load_lamp(config: DataConfig) -> UserWriting:
     task = outputs["task"]
     if task not in LAMP_TASKS:
         raise DataError(outputs_path, f"unknown task {task!r} (supported: {sorted(LAMP_TASKS)})")
-    golds = {}
+    golds, gold_ids = {}, UniqueIds(outputs_path, "gold id")
     for i, gold in enumerate(outputs["golds"]):
         where = f"golds[{i}]"
-        if not isinstance(gold, dict) or "id" not in gold:
+        if not isinstance(gold, dict) or record_id(gold, "id", outputs_path, where) is None:
             raise DataError(outputs_path, "gold entry needs an 'id'", where)
+        gold_ids.add(str(gold["id"]), where)
         golds[str(gold["id"])] = require_text(gold, "output", outputs_path, where)
     if not isinstance(questions, list):
         raise DataError(questions_path, "expected a JSON list of questions")
     prefix, template, _ = LAMP_TASKS[task]
-    items = []
+    items, question_ids = [], UniqueIds(questions_path, "question id")  # a repeated id would merge two users
     for i, question in enumerate(questions):
         where = f"question {i}"
-        if not isinstance(question, dict) or "id" not in question:
+        if not isinstance(question, dict) or record_id(question, "id", questions_path, where) is None:
             raise DataError(questions_path, "question needs an 'id'", where)
         user = str(question["id"])
+        question_ids.add(user, where)
         where = f"question id {user}"
         text = require_text(question, "input", questions_path, where)
         if user not in golds:

@@ -10,7 +10,7 @@ Read from the user's copy, e.g. ../shared/data/news_category_10k.jsonl.
 from __future__ import annotations
 
 from persalign.config import DataConfig
-from persalign.data.jsonio import read_jsonl, require_text
+from persalign.data.jsonio import optional_text, read_jsonl, require_text
 from persalign.data.writing import UserWriting
 from persalign.errors import DataError
 from persalign.records import UserItem
@@ -28,7 +28,9 @@ def load_news_category(config: DataConfig) -> UserWriting:
         authors = record.get("authors")
         if authors is None:
             raise DataError(config.path, "field 'authors' is missing", where)
-        if not str(authors).strip():
+        if not isinstance(authors, str):
+            raise DataError(config.path, f"field 'authors' must be a string, got {type(authors).__name__}", where)
+        if not authors.strip():
             no_author += 1
             continue
         items.append(
@@ -37,7 +39,7 @@ def load_news_category(config: DataConfig) -> UserWriting:
                 user=str(authors).strip(),
                 input=require_text(record, "short_description", config.path, where),
                 output=require_text(record, "headline", config.path, where),
-                date=record.get("date"),
+                date=optional_text(record, "date", config.path, where),
             )
         )
     if not items:

@@ -5,9 +5,14 @@
   `summaries[choice]`. Local JSONL or `hf:openai/summarize_from_feedback`.
 - `personalized_rewardbench`: question, the user's profile (history items,
   kept for ICL/RAG), chosen, rejected. The rubric and narrative are never
-  read. A user is identified by their profile (the same profile, the same user).
+  read. A user is identified by their profile (the same profile, the same user);
+  a record with an empty profile belongs to nobody identifiable: it is dropped
+  and counted (`records_with_empty_profile_dropped`), never merged into one
+  phantom user.
 - `preferences_jsonl`: your own pairs, one `{"user", "prompt", "chosen",
   "rejected", "reference"?, "id"?}` a line; `reference` is the user's own text.
+  A pair whose chosen and rejected texts are identical carries no preference:
+  it is dropped and counted (`pairs_with_chosen_equal_to_rejected_dropped`).
 
     persalign data summary configs/tldr.yaml
 """
@@ -19,7 +24,7 @@ from collections import defaultdict
 
 from persalign.config import DataConfig
 from persalign.data.hub import iter_records
-from persalign.data.jsonio import require_text
+from persalign.data.jsonio import UniqueIds, record_id, require_text
 from persalign.errors import DataError
 from persalign.records import Comparison, Completion, PreferenceDataset, UserItem
 from persalign.registry import register_dataset
@@ -35,7 +40,7 @@ def _need_path(config: DataConfig, what: str) -> str:
 def load_tldr(config: DataConfig) -> PreferenceDataset:
     """Reddit TL;DR comparisons per annotator (`worker`); JSONL or hf:openai/summarize_from_feedback."""
     path = _need_path(config, "the TL;DR comparisons JSONL (or hf:openai/summarize_from_feedback)")
-    comparisons = []
+    comparisons, seen = [], UniqueIds(path, "comparison")
     for where, record in iter_records(path, default_config="comparisons"):
         info, summaries = record.get("info"), record.get("summaries")
         if not isinstance(info, dict):
@@ -49,8 +54,10 @@ def load_tldr(config: DataConfig) -> PreferenceDataset:
         post = require_text(info, "post", path, where)
         prompt = f"SUBREDDIT: r/{info.get('subreddit') or ''}\nTITLE: {info.get('title') or ''}\nPOST: {post}"
         worker = require_text(record, "worker", path, where)
-        comparisons.append(Comparison(f"tldr:{info.get('id', '')}:{where}", worker, prompt, texts[choice],
-                                      texts[1 - choice]))
+        post_id = record_id(info, "id", path, f"{where}, info") or ""
+        pair_key = hashlib.sha1("\0".join(sorted(texts)).encode("utf-8")).hexdigest()[:8]
+        seen.add(f"worker {worker}, post {post_id}, summaries {pair_key}", where)
+        comparisons.append(Comparison(f"tldr:{post_id}:{where}", worker, prompt, texts[choice], texts[1 - choice]))
     if not comparisons:
         raise DataError(path, "no comparisons found")
     return PreferenceDataset("tldr", config.task or "summary", comparisons, notes={"pairs": len(comparisons)})
@@ -66,46 +73,54 @@ def profile_user(profile: list) -> str:
 def load_personalized_rewardbench(config: DataConfig) -> PreferenceDataset:
     """Personalized RewardBench: question + user profile, chosen/rejected by the user's rubric (never shown)."""
     path = _need_path(config, "the Personalized RewardBench JSONL")
-    comparisons, profiles = [], defaultdict(dict)
+    comparisons, profiles, seen, anonymous = [], defaultdict(dict), UniqueIds(path), 0
     for where, record in iter_records(path):
         profile = record.get("profile")
         if not isinstance(profile, list):
             raise DataError(path, "field 'profile' must be a list", where)
+        if not profile:  # users are identified by their profile: an empty one would merge strangers
+            anonymous += 1
+            continue
         user = profile_user(profile)
         for j, item in enumerate(profile):
             if not isinstance(item, dict):
                 raise DataError(path, f"profile[{j}] must be an object", where)
             text = require_text(item, "text", path, f"{where}, profile[{j}]")
-            item_id = f"{user}/{item.get('id', j)}"
+            item_id = f"{user}/{record_id(item, 'id', path, f'{where}, profile[{j}]') or j}"
             profiles[user][item_id] = UserItem(item_id, user, "", text)
+        pair_id = record_id(record, "id", path, where) or f"prb:{where}"
+        seen.add(pair_id, where)
         comparisons.append(Comparison(
-            str(record.get("id") or f"prb:{where}"), user, require_text(record, "question", path, where),
+            pair_id, user, require_text(record, "question", path, where),
             require_text(record, "chosen", path, where), require_text(record, "rejected", path, where)))
     if not comparisons:
         raise DataError(path, "no examples found")
     return PreferenceDataset("personalized_rewardbench", config.task or "chat", comparisons,
                              profiles={u: list(items.values()) for u, items in profiles.items()},
                              notes={"pairs": len(comparisons), "users": len({c.user for c in comparisons}),
-                                    "users_with_profile": len(profiles)})
+                                    "users_with_profile": len(profiles),
+                                    "records_with_empty_profile_dropped": anonymous})
 
 
 @register_dataset("preferences_jsonl")
 def load_preferences_jsonl(config: DataConfig) -> PreferenceDataset:
     """Your own pairs: JSONL with `user, prompt, chosen, rejected` (+ `reference`, `id`)."""
     path = _need_path(config, "a preferences JSONL file")
-    comparisons, completions, seen = [], [], set()
+    comparisons, completions, seen, identical = [], [], UniqueIds(path), 0
     for where, record in iter_records(path):
-        pair_id = str(record.get("id") or f"pref:{where}")
-        if pair_id in seen:
-            raise DataError(path, f"duplicate id {pair_id!r}", where)
-        seen.add(pair_id)
+        pair_id = record_id(record, "id", path, where) or f"pref:{where}"
+        seen.add(pair_id, where)
         user = require_text(record, "user", path, where)
         prompt = require_text(record, "prompt", path, where)
-        comparisons.append(Comparison(pair_id, user, prompt, require_text(record, "chosen", path, where),
-                                      require_text(record, "rejected", path, where)))
+        chosen, rejected = require_text(record, "chosen", path, where), require_text(record, "rejected", path, where)
+        if chosen == rejected:  # no preference to learn or rank: dropped, counted in the data summary
+            identical += 1
+            continue
+        comparisons.append(Comparison(pair_id, user, prompt, chosen, rejected))
         if record.get("reference") is not None:
             completions.append(Completion(pair_id, user, prompt, require_text(record, "reference", path, where)))
     if not comparisons:
         raise DataError(path, "the file holds no records")
     return PreferenceDataset("preferences_jsonl", config.task or "chat", comparisons, completions,
-                             notes={"pairs": len(comparisons), "with_reference": len(completions)})
+                             notes={"pairs": len(comparisons), "with_reference": len(completions),
+                                    "pairs_with_chosen_equal_to_rejected_dropped": identical})

@@ -32,13 +32,29 @@ def _sources(path: str) -> tuple[str, str]:
     return str(folder / "conversations.jsonl"), str(folder / "survey.jsonl")
 
 
-def conversation_pairs(conversation: dict, source: str, where: str) -> list[Comparison]:
+def _utterances(conversation: dict, source: str, where: str) -> dict[int, list[dict]]:
+    """The conversation's utterances grouped by turn, every field type-checked."""
     history_turns = conversation.get("conversation_history")
     if not isinstance(history_turns, list):
         raise DataError(source, "field 'conversation_history' must be a list", where)
     by_turn: dict[int, list[dict]] = defaultdict(list)
-    for utterance in history_turns:
-        by_turn[int(utterance.get("turn", 0))].append(utterance)
+    for k, utterance in enumerate(history_turns):
+        at = f"{where}, conversation_history[{k}]"
+        if not isinstance(utterance, dict):
+            raise DataError(source, f"an utterance must be an object, got {type(utterance).__name__}", at)
+        turn = utterance.get("turn", 0)
+        if isinstance(turn, bool) or not isinstance(turn, int):
+            raise DataError(source, f"field 'turn' must be an integer, got {turn!r}", at)
+        if not isinstance(utterance.get("content", ""), str):
+            raise DataError(source, f"field 'content' must be a string, got {type(utterance['content']).__name__}", at)
+        by_turn[turn].append(utterance)
+    return by_turn
+
+
+def conversation_pairs(conversation: dict, source: str, where: str) -> list[Comparison]:
+    """Chosen vs each other response of every rated turn. A turn must mark at most one response chosen,
+    and a chosen response must have text (anything else is a DataError naming the turn)."""
+    by_turn = _utterances(conversation, source, where)
     user, conv_id = str(conversation.get("user_id", "")), str(conversation.get("conversation_id", ""))
     history: list[tuple[str, str]] = []
     pairs = []
@@ -46,14 +62,19 @@ def conversation_pairs(conversation: dict, source: str, where: str) -> list[Comp
         user_msgs = [u.get("content", "") for u in by_turn[turn] if u.get("role") == "user"]
         models = [u for u in by_turn[turn] if u.get("role") == "model"]
         chosen = [m for m in models if m.get("if_chosen")]
+        if len(chosen) > 1:
+            raise DataError(source, f"turn {turn} marks {len(chosen)} responses as chosen (if_chosen); one at most",
+                            where)
+        if chosen and not chosen[0].get("content", "").strip():
+            raise DataError(source, f"turn {turn}: the chosen response is empty", where)
         message = user_msgs[0] if user_msgs else ""
         if chosen and message:
             for other in models:
                 if other is chosen[0] or not other.get("content"):
                     continue
                 pairs.append(Comparison(f"{conv_id}/{turn}/{other.get('within_turn_id', len(pairs))}", user, message,
-                                        chosen[0].get("content", ""), other["content"], tuple(history)))
-            history += [("user", message), ("assistant", chosen[0].get("content", ""))]
+                                        chosen[0]["content"], other["content"], tuple(history)))
+            history += [("user", message), ("assistant", chosen[0]["content"])]
     return pairs
 
 

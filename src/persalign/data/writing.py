@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from persalign.config import DataConfig
-from persalign.data.jsonio import read_jsonl, require_text
+from persalign.data.jsonio import UniqueIds, optional_text, read_jsonl, record_id, require_text
 from persalign.errors import DataError
 from persalign.records import UserItem
 from persalign.registry import register_dataset
@@ -61,21 +61,19 @@ def keep_active_users(writing: UserWriting, config: DataConfig) -> UserWriting:
 
 def load_completions_jsonl(path: str | Path, name: str, task: str) -> UserWriting:
     """Generic schema: one `{"user", "input", "output", "id"?, "date"?}` a line."""
-    items, seen = [], set()
+    items, seen = [], UniqueIds(path)
     for lineno, record in read_jsonl(path):
         where = f"line {lineno}"
         user = require_text(record, "user", path, where)
-        item_id = str(record.get("id") or f"{name}:{lineno}")
-        if item_id in seen:
-            raise DataError(path, f"duplicate id {item_id!r}", where)
-        seen.add(item_id)
+        item_id = record_id(record, "id", path, where) or f"{name}:{lineno}"
+        seen.add(item_id, where)
         items.append(
             UserItem(
                 id=item_id,
                 user=user,
                 input=require_text(record, "input", path, where),
                 output=require_text(record, "output", path, where),
-                date=record.get("date"),
+                date=optional_text(record, "date", path, where),
             )
         )
     if not items:

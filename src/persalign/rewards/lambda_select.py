@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from persalign.metrics.ranking import outcomes
 from persalign.rewards.policy_scoring import s_rgd
 
 
@@ -26,7 +27,7 @@ def policy_accuracy_curve(lp_chosen, lp_rejected, r_chosen, r_rejected, lambdas)
     lam = np.asarray(lambdas, dtype=float)[:, None]
     s_w = s_rgd(np.asarray(lp_chosen)[None], np.asarray(r_chosen)[None], lam)
     s_l = s_rgd(np.asarray(lp_rejected)[None], np.asarray(r_rejected)[None], lam)
-    return 100 * (s_w > s_l).mean(axis=1)
+    return 100 * outcomes(s_w, s_l)[0].mean(axis=1)
 
 
 def harmonic_mean(values) -> float:

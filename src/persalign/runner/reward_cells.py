@@ -224,9 +224,9 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
             "rm_correct": rm["correct"], "rm_tie": rm["tie"], **scores[i],
         }
         if job.generate:
+            win = pair_outcome(gen_seq[i], gen_seq[n + i])
             row.update({"zero_shot_generation": zero_shot[i], "rm_generation": float(gen_seq[i]),
-                        "rm_zero_shot": float(gen_seq[n + i]), "win": float(gen_seq[i] > gen_seq[n + i]),
-                        "win_tie": float(gen_seq[i] == gen_seq[n + i])})
+                        "rm_zero_shot": float(gen_seq[n + i]), "win": win["correct"], "win_tie": win["tie"]})
         rows.append(row)
     return rows, timings
 
