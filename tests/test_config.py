@@ -35,3 +35,37 @@ def test_bad_override_syntax_and_missing_config():
         load_config("demo", ["seeds"])
     with pytest.raises(ConfigError, match="not found"):
         load_config("no_such_config")
+
+
+def test_registry_discovers_modules_and_reports_the_real_import_error(tmp_path, monkeypatch):
+    import pytest
+
+    from persalign.registry import Registry
+
+    for name, modules in {"goodpkg": {"one_method": "from goodpkg import REG\nREG.register('m')(42)\n"},
+                          "brokenpkg": {"bad": "import not_a_real_module_xyz\n"}}.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"from persalign.registry import Registry\nREG = Registry('thing', '{name}')\n")
+        for module, text in modules.items():
+            (tmp_path / name / f"{module}.py").write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import goodpkg
+
+    assert goodpkg.REG.get("m") == 42  # found by walking the package: no list of modules to edit
+    broken = Registry("thing", "brokenpkg")
+    for _ in range(2):  # not marked loaded after a failure: the real error again, never "unknown thing"
+        with pytest.raises(ImportError, match="importing brokenpkg.bad failed: No module named 'not_a_real_module_xyz'"):
+            broken.get("x")
+
+
+def test_building_a_method_leaves_the_global_rng_alone():
+    import torch
+
+    from persalign.registry import METHODS
+    from persalign.rewards.method import MethodSettings
+
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    METHODS.get("lore")(16, MethodSettings(seed=7))
+    assert torch.equal(torch.rand(3), expected)

@@ -19,7 +19,7 @@ from persalign.prompts import PromptFormatter
 from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, pad_states
 from persalign.rewards.train import PairData, evaluate_pairs
-from persalign.runner.reward_cells import method_settings
+from persalign.rewards.method import resolve_settings as method_settings
 
 WORDS = ["red", "blue", "cat", "dog", "sun", "rain", "big", "small", "fast", "slow", "old", "new"]
 EVERY_METHOD = METHODS.names()

@@ -21,7 +21,9 @@ How it is made fast:
   the chosen candidate only), so a step costs one forward instead of two.
 - token-level RMs (GenARM) need no candidate forward at all: the RM's state
   after y<t scores every candidate token at once (one ARM step), and the
-  prefix reward is the running sum (`token_level_decode`).
+  prefix reward is the running sum. This is a capability the method declares
+  (`token_level`), not a second loop: one loop, two candidate scorers
+  (`TreeScorer`, `TokenScorer`).
 
     persalign run configs/news_category.yaml methods='[{name: global_rm}]'
 """
@@ -120,104 +122,108 @@ def select_rows(cache, index: torch.Tensor) -> None:
         layer.values = layer.values.index_select(0, index)
 
 
+class TreeScorer:
+    """Sequence-level RM: the k candidates go through one tree forward on the RM's prefix cache."""
+
+    def __init__(self, guide: RewardGuide, policy, shared: bool):
+        self.guide, self.policy, self.shared = guide, policy, shared
+        self.backbone = decoder_stack(guide.lm.model)
+
+    def prefill(self, ids, mask, positions):
+        """(policy cache, first log-probs): the policy's prefill, and the RM's own unless it is the policy."""
+        out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                logits_to_keep=1)
+        if self.shared:
+            self.cache = out.past_key_values
+        else:
+            lm_device = self.guide.lm.device
+            self.cache = self.backbone(input_ids=ids.to(lm_device), attention_mask=mask.to(lm_device),
+                                       position_ids=positions.to(lm_device), use_cache=True).past_key_values
+        return out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+
+    def token_rewards(self, candidates, mask, next_pos, users) -> torch.Tensor:
+        self.past = mask.shape[1]
+        self.states = tree_forward(self.backbone, self.cache, mask, next_pos, candidates)
+        return self.guide.method.token_rewards(self.states.float(), users)
+
+    def advance(self, choice, tokens, mask, next_pos) -> torch.Tensor | None:
+        """Keep the chosen candidate's cache entry; with the shared backbone, its state gives the next logits."""
+        keep_chosen(self.cache, self.past, choice)
+        if not self.shared:
+            return None
+        chosen_states = self.states[torch.arange(len(choice), device=self.states.device), choice]
+        return torch.log_softmax(self.policy.model.get_output_embeddings()(chosen_states).float(), dim=-1)
+
+    def select(self, index) -> None:
+        """Finished rows leave (the shared cache is the policy's: selected once, by the loop)."""
+        if not self.shared:
+            select_rows(self.cache, index)
+
+
+class TokenScorer:
+    """Token-level RM (GenARM): the RM state after y<t scores every candidate token at once (one ARM step)."""
+
+    def __init__(self, guide: RewardGuide, policy, shared: bool):
+        self.guide, self.policy, self.shared = guide, policy, shared
+        self.backbone = decoder_stack(guide.lm.model)
+
+    def prefill(self, ids, mask, positions):
+        """(policy cache, first log-probs); with the shared backbone the RM's prefill is the policy's."""
+        lm_device = self.guide.lm.device
+        out = self.backbone(input_ids=ids.to(lm_device), attention_mask=mask.to(lm_device),
+                            position_ids=positions.to(lm_device), use_cache=True)
+        self.cache, self.state = out.past_key_values, out.last_hidden_state[:, -1]
+        if self.shared:
+            return self.cache, torch.log_softmax(self.policy.model.get_output_embeddings()(self.state).float(), dim=-1)
+        out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                                logits_to_keep=1)
+        return out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+
+    def token_rewards(self, candidates, mask, next_pos, users) -> torch.Tensor:
+        return self.guide.method.next_token_rewards(self.state, candidates, users)
+
+    def advance(self, choice, tokens, mask, next_pos) -> torch.Tensor | None:
+        out = self.backbone(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
+                            past_key_values=self.cache, use_cache=True)
+        self.state = out.last_hidden_state[:, -1]
+        if not self.shared:
+            return None
+        return torch.log_softmax(self.policy.model.get_output_embeddings()(self.state).float(), dim=-1)
+
+    def select(self, index) -> None:
+        if not self.shared:  # the shared cache is the policy's: selected once, by the loop
+            select_rows(self.cache, index)
+        self.state = self.state[index]
+
+
+def make_scorer(policy, guide: RewardGuide):
+    """The method declares how its candidates are scored (`token_level`); the loop is the same."""
+    shared = guide.lm.model is policy.model
+    return (TokenScorer if guide.method.token_level else TreeScorer)(guide, policy, shared)
+
+
 @torch.no_grad()
 def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float, top_k: int,
                 max_new_tokens: int, trace: list | None = None, stats: dict | None = None) -> list[list[int]]:
-    """ARGS-decode every prompt; returns new token ids per row.
+    """ARGS-decode every prompt (Eq. 1); returns new token ids per row.
 
     `trace` collects (candidates, candidate prefix rewards) per step; `stats`
     receives prefill seconds, decode seconds and the number of steps.
     """
     check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
     guide.method.bind(guide.lm)
-    if guide.method.token_level:
-        return token_level_decode(policy, guide, prompts, lam, top_k, max_new_tokens, trace, stats)
     started = time.perf_counter()
-    shared = guide.lm.model is policy.model
+    scorer = make_scorer(policy, guide)
     ids, mask, positions = left_pad(prompts, policy.tokenizer.pad_token_id, policy.device)
-    out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-    policy_cache = out.past_key_values
-    logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-    rm_backbone = decoder_stack(guide.lm.model)
-    if shared:
-        rm_cache = policy_cache
-    else:
-        rm_cache = rm_backbone(input_ids=ids.to(guide.lm.device), attention_mask=mask.to(guide.lm.device),
-                               position_ids=positions.to(guide.lm.device), use_cache=True).past_key_values
+    policy_cache, logprobs = scorer.prefill(ids, mask, positions)
     users = guide.method.user_ids(guide.users).to(policy.device)
     pool = PoolingState.empty(len(prompts), policy.device)
     rows = RowTracker(policy.tokenizer, logprobs.shape[-1], len(prompts), policy.device)
     live = torch.arange(len(prompts), device=policy.device)  # original row of each batch row
-    next_pos = positions[:, -1] + 1
-    head = policy.model.get_output_embeddings()
-    prefilled = time.perf_counter()
-    step = 0
+    next_pos, prefilled, step = positions[:, -1] + 1, time.perf_counter(), 0
     for step in range(max_new_tokens):
         top_logprobs, candidates = logprobs.topk(top_k, dim=-1)
-        past = mask.shape[1]
-        states = tree_forward(rm_backbone, rm_cache, mask, next_pos, candidates)
-        candidate_prefix, rewards = guide.method.candidate_rewards(states.float(), users, pool)  # (rows, k) each
-        choice = (top_logprobs + lam * candidate_prefix).argmax(dim=-1)
-        if trace is not None:
-            record_step(trace, len(prompts), live, candidates, candidate_prefix)
-        pool.commit(rewards.gather(1, choice[:, None]).squeeze(1))
-        keep_chosen(rm_cache, past, choice)
-        tokens = rows.push(candidates.gather(1, choice[:, None]).squeeze(1), live)
-        if rows.done or step == max_new_tokens - 1:
-            break
-        mask = extend_mask(mask)
-        if shared:
-            # The chosen candidate's state is the policy's state after that token: next logits for free.
-            chosen_states = states[torch.arange(len(live), device=states.device), choice]
-            logprobs = torch.log_softmax(head(chosen_states).float(), dim=-1)
-        else:
-            out = policy.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                               past_key_values=policy_cache, use_cache=True)
-            logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-        next_pos = next_pos + 1
-        keep = ~rows.finished[live]
-        if not bool(keep.all()):  # drop finished rows: later steps cost only what is still being written
-            index = torch.nonzero(keep).flatten()
-            for cache in {id(policy_cache): policy_cache, id(rm_cache): rm_cache}.values():
-                select_rows(cache, index)
-            live, mask, next_pos, logprobs, users = live[index], mask[index], next_pos[index], logprobs[index], users[index]
-            pool = PoolingState(pool.total[index], pool.count[index])
-    if stats is not None:
-        stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1)
-    return rows.generated
-
-
-@torch.no_grad()
-def token_level_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float, top_k: int,
-                       max_new_tokens: int, trace: list | None = None, stats: dict | None = None) -> list[list[int]]:
-    """ARGS with a token-level RM: candidate rewards from the RM state after y<t, one forward per model and step.
-
-    When the RM backbone is the frozen policy, the RM forward of the chosen
-    token also gives the policy's next logits (one forward per step).
-    """
-    started = time.perf_counter()
-    shared = guide.lm.model is policy.model
-    ids, mask, positions = left_pad(prompts, policy.tokenizer.pad_token_id, policy.device)
-    rm_backbone = decoder_stack(guide.lm.model)
-    head = policy.model.get_output_embeddings()
-    out = rm_backbone(input_ids=ids.to(guide.lm.device), attention_mask=mask.to(guide.lm.device),
-                      position_ids=positions.to(guide.lm.device), use_cache=True)
-    rm_cache, rm_state = out.past_key_values, out.last_hidden_state[:, -1]
-    if shared:
-        policy_cache, logprobs = rm_cache, torch.log_softmax(head(rm_state).float(), dim=-1)
-    else:
-        out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
-        policy_cache, logprobs = out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
-    users = guide.method.user_ids(guide.users).to(policy.device)
-    pool = PoolingState.empty(len(prompts), policy.device)
-    rows = RowTracker(policy.tokenizer, logprobs.shape[-1], len(prompts), policy.device)
-    live = torch.arange(len(prompts), device=policy.device)
-    next_pos = positions[:, -1] + 1
-    prefilled = time.perf_counter()
-    step = 0
-    for step in range(max_new_tokens):
-        top_logprobs, candidates = logprobs.topk(top_k, dim=-1)
-        rewards = guide.method.next_token_rewards(rm_state, candidates, users)
+        rewards = scorer.token_rewards(candidates, mask, next_pos, users)  # (rows, k) token rewards
         candidate_prefix = pool.extend(rewards, guide.method.pooling)
         choice = (top_logprobs + lam * candidate_prefix).argmax(dim=-1)
         if trace is not None:
@@ -227,23 +233,18 @@ def token_level_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam
         if rows.done or step == max_new_tokens - 1:
             break
         mask = extend_mask(mask)
-        out = rm_backbone(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
-                          past_key_values=rm_cache, use_cache=True)
-        rm_state = out.last_hidden_state[:, -1]
-        if shared:
-            logprobs = torch.log_softmax(head(rm_state).float(), dim=-1)
-        else:
+        logprobs = scorer.advance(choice, tokens, mask, next_pos)
+        if logprobs is None:
             out = policy.model(input_ids=tokens[:, None], attention_mask=mask, position_ids=next_pos[:, None],
                                past_key_values=policy_cache, use_cache=True)
             logprobs = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
         next_pos = next_pos + 1
         keep = ~rows.finished[live]
-        if not bool(keep.all()):
+        if not bool(keep.all()):  # drop finished rows: later steps cost only what is still being written
             index = torch.nonzero(keep).flatten()
-            for cache in {id(policy_cache): policy_cache, id(rm_cache): rm_cache}.values():
-                select_rows(cache, index)
+            select_rows(policy_cache, index)
+            scorer.select(index)
             live, mask, next_pos, logprobs, users = live[index], mask[index], next_pos[index], logprobs[index], users[index]
-            rm_state = rm_state[index]
             pool = PoolingState(pool.total[index], pool.count[index])
     if stats is not None:
         stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1)

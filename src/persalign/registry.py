@@ -4,12 +4,17 @@
     def load_news(config): ...
 
 `persalign list` prints every registry. Registration happens when the module
-defining the entry is imported; `load_builtin_entries()` imports them all.
+defining the entry is imported. Each registry knows the package its entries
+live in and imports every module of it on first lookup (walking the package,
+so a new method file needs no list to be edited). A module that fails to
+import is reported with its real error, and the registry is not marked
+loaded, instead of later claiming "unknown method".
 """
 
 from __future__ import annotations
 
 import importlib
+import pkgutil
 from typing import Any, Callable
 
 from persalign.errors import ConfigError
@@ -18,10 +23,24 @@ from persalign.errors import ConfigError
 class Registry:
     """A named mapping from string keys to objects, with helpful errors."""
 
-    def __init__(self, kind: str, plural: str | None = None):
+    def __init__(self, kind: str, package: str, plural: str | None = None):
         self.kind = kind
+        self.package = package
         self.plural = plural or kind + "s"
         self._entries: dict[str, Any] = {}
+        self._discovered = False
+
+    def discover(self) -> None:
+        """Import every module of `package` once (their decorators register the built-in entries)."""
+        if self._discovered:
+            return
+        package = importlib.import_module(self.package)
+        for module in pkgutil.iter_modules(package.__path__, self.package + "."):
+            try:
+                importlib.import_module(module.name)
+            except ImportError as error:
+                raise ImportError(f"{self.plural}: importing {module.name} failed: {error}") from error
+        self._discovered = True
 
     def register(self, name: str) -> Callable[[Any], Any]:
         def decorator(obj: Any) -> Any:
@@ -33,31 +52,31 @@ class Registry:
         return decorator
 
     def get(self, name: str) -> Any:
-        load_builtin_entries()
+        self.discover()
         if name not in self._entries:
             known = ", ".join(sorted(self._entries)) or "none"
             raise ConfigError(f"unknown {self.kind} {name!r} (known: {known})")
         return self._entries[name]
 
     def names(self) -> list[str]:
-        load_builtin_entries()
+        self.discover()
         return sorted(self._entries)
 
     def items(self) -> list[tuple[str, Any]]:
-        load_builtin_entries()
+        self.discover()
         return sorted(self._entries.items())
 
     def __contains__(self, name: str) -> bool:
-        load_builtin_entries()
+        self.discover()
         return name in self._entries
 
 
-DATASETS = Registry("dataset")
-DECODERS = Registry("decoder")
-METRICS = Registry("generation metric")
-MODELS = Registry("model alias", "model aliases")
-EMBEDDERS = Registry("embedder")
-METHODS = Registry("reward method")
+DATASETS = Registry("dataset", "persalign.data")
+DECODERS = Registry("decoder", "persalign.decoders")
+METRICS = Registry("generation metric", "persalign.metrics")
+MODELS = Registry("model alias", "persalign.models", "model aliases")
+EMBEDDERS = Registry("embedder", "persalign.models")
+METHODS = Registry("reward method", "persalign.rewards")
 
 register_dataset = DATASETS.register
 register_decoder = DECODERS.register
@@ -65,40 +84,6 @@ register_metric = METRICS.register
 register_model_alias = MODELS.register
 register_embedder = EMBEDDERS.register
 register_method = METHODS.register
-
-# Modules whose import registers built-in entries. Importing lazily (on first
-# lookup) keeps `import persalign` cheap and free of side effects.
-_BUILTIN_MODULES = (
-    "persalign.data.news",
-    "persalign.data.lamp",
-    "persalign.data.builtin_demo",
-    "persalign.data.preferences",
-    "persalign.data.prism",
-    "persalign.models.aliases",
-    "persalign.models.embedders",
-    "persalign.decoders.zero_shot",
-    "persalign.decoders.icl",
-    "persalign.metrics.generation",
-    "persalign.rewards.global_rm",
-    "persalign.rewards.lore",
-    "persalign.rewards.pref",
-    "persalign.rewards.mpu",
-    "persalign.rewards.pal",
-    "persalign.rewards.vpl",
-    "persalign.rewards.genarm",
-    "persalign.rewards.pdpo",
-)
-_loaded = False
-
-
-def load_builtin_entries() -> None:
-    global _loaded
-    if _loaded:
-        return
-    _loaded = True
-    for module in _BUILTIN_MODULES:
-        importlib.import_module(module)
-
 
 def all_registries() -> list[Registry]:
     return [DATASETS, METHODS, DECODERS, METRICS, MODELS, EMBEDDERS]

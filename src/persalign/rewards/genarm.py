@@ -41,7 +41,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from persalign.registry import register_method
-from persalign.rewards.method import RewardMethod
+from persalign.rewards.method import MethodDefaults, RewardMethod
 
 RANK = 8
 
@@ -95,8 +95,7 @@ class GenARM(RewardMethod):
     name, display = "genarm", "GenARM"
     token_level = True
     beta = 1.0
-    default_head_lr = 1e-3
-    default_max_steps = 150
+    defaults = MethodDefaults(head_lr=1e-3, max_steps=150)
 
     def make_head(self) -> nn.Module:
         return GenArmHead(self.hidden_size, self.beta, torch.Generator().manual_seed(self.settings.seed))

@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from persalign.registry import register_method
-from persalign.rewards.method import RewardMethod
+from persalign.rewards.method import MethodDefaults, RewardMethod
 
 
 class LinearTokenHead(nn.Module):
@@ -37,7 +37,7 @@ class GlobalRM(RewardMethod):
     """Non-personalized BT reward: linear head on the last token's state."""
 
     name, display = "global_rm", "Global RM"
-    default_head_lr = 1e-4
+    defaults = MethodDefaults(head_lr=1e-4)
 
     def make_head(self) -> nn.Module:
         return LinearTokenHead(self.hidden_size, "last")
@@ -48,7 +48,7 @@ class GlobalRMv2(RewardMethod):
     """Non-personalized BT reward: mean of per-token rewards (prefix: running mean)."""
 
     name, display = "global_rm_v2", "Global RM-v2"
-    default_head_lr = 1e-4
+    defaults = MethodDefaults(head_lr=1e-4)
 
     def make_head(self) -> nn.Module:
         return LinearTokenHead(self.hidden_size, "mean")

@@ -18,11 +18,13 @@ Defaults (appendix F): latent dim 8 (LoRE) / 20 (LoRE-Alt) for PRISM/LaMP,
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 from torch import nn
 
 from persalign.registry import register_method
-from persalign.rewards.method import RewardMethod
+from persalign.rewards.method import MethodDefaults, RewardMethod
 
 
 class LoreHead(nn.Module):
@@ -47,7 +49,7 @@ class LoRE(RewardMethod):
     """Reward bases + per-user simplex weights, trained jointly."""
 
     name, display, personalized = "lore", "LoRE", True
-    default_head_lr, default_user_lr, default_latent_dim = 1e-3, 0.5, 8
+    defaults = MethodDefaults(head_lr=1e-3, user_lr=0.5, latent_dim=8)
 
     def make_head(self) -> nn.Module:
         return LoreHead(self.hidden_size, self.settings.latent_dim)
@@ -61,5 +63,5 @@ class LoREAlt(LoRE):
     """LoRE with alternating steps: user weights (bases frozen), then bases (weights frozen)."""
 
     name, display = "lore_alt", "LoRE-Alt"
-    default_latent_dim = 20
+    defaults = replace(LoRE.defaults, latent_dim=20)
     alternate = True

@@ -2,7 +2,7 @@
 
     fit(train, val)          learn shared parameters θ and train users' z_k
     adapt(user, support)     z_k = A(D_support, θ) for an unseen user, θ frozen
-    token_rewards / prefix_rewards / sequence_rewards / candidate_rewards (ARGS)
+    token_rewards / prefix_rewards / step_rewards / sequence_rewards
     save(dir) / load(dir)    safetensors + JSON, no pickle
 
 Subclasses define `make_head()` (an nn.Module with `pooling` and
@@ -41,6 +41,37 @@ class MethodSettings:
     max_steps: int | None = None
     backbone_lr: float = 5e-5
     seed: int = 0
+
+
+@dataclass(frozen=True)
+class MethodDefaults:
+    """A method's own defaults (paper appendix F), declared as `defaults = MethodDefaults(...)` in its
+    file; None falls back to the run's reward config or to MethodSettings."""
+
+    head_lr: float | None = None
+    user_lr: float | None = None
+    latent_dim: int | None = None
+    weight_decay: float | None = None
+    batch_size: int | None = None
+    adapt_epochs: int | None = None
+    max_steps: int | None = None
+
+
+def resolve_settings(method_cls, method_config, reward_config, seed: int) -> MethodSettings:
+    """The one precedence rule: this method's config entry > the run's reward config > the method's
+    own defaults > MethodSettings (for batch size: method default > reward config)."""
+    own, base = method_cls.defaults, MethodSettings()
+    return MethodSettings(
+        head_lr=method_config.head_lr or own.head_lr or base.head_lr,
+        user_lr=method_config.user_lr or own.user_lr or base.user_lr,
+        latent_dim=method_config.latent_dim or own.latent_dim or base.latent_dim,
+        weight_decay=own.weight_decay or base.weight_decay,
+        batch_size=own.batch_size or reward_config.batch_size,
+        epochs=reward_config.epochs, patience=reward_config.patience,
+        adapt_epochs=method_config.adapt_epochs or reward_config.adapt_epochs or own.adapt_epochs or base.adapt_epochs,
+        max_steps=method_config.max_steps or reward_config.max_steps or own.max_steps,
+        backbone_lr=reward_config.backbone_lr, seed=seed,
+    )
 
 
 def precompute_features(method, backbone, *datasets) -> None:
@@ -94,6 +125,7 @@ class RewardMethod(nn.Module):
     name = "base"
     display = "Base"
     personalized = False
+    defaults = MethodDefaults()
 
     def __init__(self, hidden_size: int, settings: MethodSettings):
         super().__init__()
@@ -101,8 +133,9 @@ class RewardMethod(nn.Module):
         self.settings = settings
         self.users: dict[str, int] = {GENERIC_USER: 0}
         self.fitted_rows: int | None = None  # rows 1..fitted_rows-1 are the train users (set by fit)
-        torch.manual_seed(settings.seed)
-        self.head = self.make_head()
+        with torch.random.fork_rng(devices=[]):  # seeded initialisation without touching the caller's RNG
+            torch.manual_seed(settings.seed)
+            self.head = self.make_head()
 
     # --- to implement ---------------------------------------------------------------------
     def make_head(self) -> nn.Module:
@@ -165,16 +198,6 @@ class RewardMethod(nn.Module):
 
     def sequence_rewards(self, states: torch.Tensor, mask: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         return base.sequence_rewards(self.token_rewards(states, users), mask, self.pooling)
-
-    def candidate_rewards(self, candidate_states: torch.Tensor, users: torch.Tensor,
-                          pool: base.PoolingState) -> tuple[torch.Tensor, torch.Tensor]:
-        """(prefix reward of y<t + each candidate, each candidate's token reward), both (rows, k).
-
-        `candidate_states` are the backbone states of k candidate tokens on a cached
-        prefix (ARGS); `pool` carries the chosen tokens' rewards so far.
-        """
-        token = self.token_rewards(candidate_states, users)
-        return pool.extend(token, self.pooling), token
 
     # --- learning ---------------------------------------------------------------------------
     def fit(self, backbone, train: PairData, val: PairData | None = None) -> TrainLog:

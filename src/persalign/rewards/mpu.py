@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from persalign.registry import register_method
-from persalign.rewards.method import RewardMethod
+from persalign.rewards.method import MethodDefaults, RewardMethod
 
 MLP_HIDDEN = 16
 
@@ -42,7 +42,7 @@ class MPU(RewardMethod):
     """A small MLP per user; new users start from a fresh random MLP."""
 
     name, display, personalized = "mpu", "MPU", True
-    default_head_lr, default_user_lr = 1e-3, 1e-3
+    defaults = MethodDefaults(head_lr=1e-3, user_lr=1e-3)
 
     def make_head(self) -> nn.Module:
         return PerUserMLP(self.hidden_size, torch.Generator().manual_seed(self.settings.seed))

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from persalign.registry import register_method
-from persalign.rewards.method import RewardMethod
+from persalign.rewards.method import MethodDefaults, RewardMethod
 
 PROTOTYPES = 4
 
@@ -48,9 +48,8 @@ class PAL(RewardMethod):
     """Prototype mixtures: reward = -distance of f(h) to the user's ideal point."""
 
     name, display, personalized = "pal", "PAL", True
-    default_head_lr, default_user_lr, default_latent_dim = 1e-4, 5e-3, 8
-    default_weight_decay = 0.01
-    default_adapt_epochs = 500  # mixture weights at the paper's LR 5e-3 need more steps than 100 to move
+    # adapt_epochs: mixture weights at the paper's LR 5e-3 need more steps than 100 to move
+    defaults = MethodDefaults(head_lr=1e-4, user_lr=5e-3, latent_dim=8, weight_decay=0.01, adapt_epochs=500)
 
     def make_head(self) -> nn.Module:
         return PalHead(self.hidden_size, self.settings.latent_dim, torch.Generator().manual_seed(self.settings.seed))

@@ -20,7 +20,7 @@ ARGS); P-DPO's policy accuracy uses its implicit reward; it has no RM
 accuracy or win rate (its table cells read "-", as in the paper).
 
 Every step back-propagates through the whole policy over prompt + response,
-so on CPU the defaults cap training (`default_max_steps`, adaptation steps),
+so on CPU the defaults cap training (`defaults.max_steps`, adaptation steps),
 stated in the cell's settings. A step's pairs go through back-propagation
 `pairs_per_backward` at a time, the personalized and the generic term
 separately, with gradients accumulated (the same gradient as one batch):
@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from persalign.decoding import Prefill, decode_from, greedy, left_pad
 from persalign.models.loading import decoder_stack
 from persalign.registry import register_method
-from persalign.rewards.method import GENERIC_USER, MethodSettings, load_parameters, save_parameters
+from persalign.rewards.method import GENERIC_USER, MethodDefaults, MethodSettings, load_parameters, save_parameters
 from persalign.rewards.train import PairData, TrainLog
 from persalign.scoring import response_logprobs, right_pad
 
@@ -69,10 +69,9 @@ class PDPO(nn.Module):
     name, display, personalized = "pdpo", "P-DPO", True
     policy_side = True  # ranks and generates with the policy itself; no reward model, no ARGS
     beta, alpha = 0.1, 0.5
-    default_head_lr, default_user_lr = 1e-2, 1e-2
-    default_max_steps, default_batch_size = 40, 8
+    # adapt_epochs: for P-DPO, optimisation steps per new user
+    defaults = MethodDefaults(head_lr=1e-2, user_lr=1e-2, max_steps=40, batch_size=8, adapt_epochs=6)
     pairs_per_backward = 2
-    default_adapt_epochs = 6  # for P-DPO: optimisation steps per new user
 
     def __init__(self, hidden_size: int, settings: MethodSettings):
         super().__init__()

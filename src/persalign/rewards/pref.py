@@ -25,7 +25,7 @@ from torch import nn
 
 from persalign.registry import register_method
 from persalign.rewards.backbone import pad_states
-from persalign.rewards.method import GENERIC_USER, RewardMethod, precompute_features
+from persalign.rewards.method import GENERIC_USER, MethodDefaults, RewardMethod, precompute_features
 from persalign.rewards.train import PairData
 
 
@@ -64,8 +64,7 @@ class PReF(RewardMethod):
     """Pointwise PReF: R(u,y) = uᵀφ(y), SVD + least-squares warm start, then BT."""
 
     name, display, personalized = "pref", "PReF", True
-    default_head_lr, default_user_lr, default_latent_dim = 1e-3, 1e-3, 8
-    default_weight_decay = 0.02
+    defaults = MethodDefaults(head_lr=1e-3, user_lr=1e-3, latent_dim=8, weight_decay=0.02)
 
     def make_head(self) -> nn.Module:
         return PrefHead(self.hidden_size, self.settings.latent_dim)

@@ -22,7 +22,7 @@ from torch import nn
 
 from persalign.registry import register_method
 from persalign.rewards.backbone import pad_states
-from persalign.rewards.method import RewardMethod, precompute_features
+from persalign.rewards.method import MethodDefaults, RewardMethod, precompute_features
 from persalign.rewards.train import PairData, bradley_terry_loss
 
 WIDTH, CONTEXT, KL_MAX, KL_ANNEAL_STEPS = 64, 8, 0.01, 500
@@ -68,8 +68,7 @@ class VPL(RewardMethod):
     """Variational user latent from context pairs; decoder r(e, z)."""
 
     name, display, personalized = "vpl", "VPL", True
-    default_head_lr, default_user_lr, default_latent_dim = 1e-4, 1e-4, 8
-    default_weight_decay = 1e-3
+    defaults = MethodDefaults(head_lr=1e-4, user_lr=1e-4, latent_dim=8, weight_decay=1e-3)
 
     def make_head(self) -> nn.Module:
         self._contexts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}

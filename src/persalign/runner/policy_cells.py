@@ -20,7 +20,8 @@ from persalign.models.loading import load_causal_lm
 from persalign.registry import METHODS
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
 from persalign.runner.evaluate import run_cell, score_batch
-from persalign.runner.reward_cells import fit_and_adapt, method_settings, pair_data
+from persalign.rewards.method import resolve_settings
+from persalign.runner.reward_cells import fit_and_adapt, pair_data
 
 VALIDATION_PAIRS = 64  # held-out pairs scored after fitting (forward passes only; logged, not used to stop)
 
@@ -54,7 +55,7 @@ def train_or_load_policy_method(method_config, label, seed, config, dataset, spl
     lm = policy_model(config, policy_lm, model_dir)
     if (model_dir / "head.json").exists():
         return method_cls.load(model_dir), lm, json.loads((model_dir / "train_log.json").read_text())
-    settings = method_settings(method_cls, method_config, config.reward, seed)
+    settings = resolve_settings(method_cls, method_config, config.reward, seed)
     method = method_cls(lm.model.config.hidden_size, settings)
     train = pair_data(dataset, split.train, formatter, split.train_users)
     val = pair_data(dataset, split.heldout, formatter, split.train_users)

@@ -25,28 +25,12 @@ from persalign.metrics.ranking import pair_outcome
 from persalign.rewards.backbone import RewardBackbone
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 from persalign.rewards.lambda_select import best_lambda, harmonic_mean, policy_accuracy_curve
-from persalign.rewards.method import MethodSettings, precompute_features
+from persalign.rewards.method import precompute_features, resolve_settings
 from persalign.rewards.train import PairData
 from persalign.registry import METHODS
 from persalign.runner.evaluate import score_batch
+from persalign.runner.store import Cell
 from persalign.scoring import response_logprobs
-
-
-def method_settings(method_cls, method_config, reward_config, seed: int) -> MethodSettings:
-    defaults = MethodSettings()
-    return MethodSettings(
-        head_lr=method_config.head_lr or getattr(method_cls, "default_head_lr", defaults.head_lr),
-        user_lr=method_config.user_lr or getattr(method_cls, "default_user_lr", defaults.user_lr),
-        latent_dim=method_config.latent_dim or getattr(method_cls, "default_latent_dim", defaults.latent_dim),
-        weight_decay=getattr(method_cls, "default_weight_decay", defaults.weight_decay),
-        batch_size=getattr(method_cls, "default_batch_size", None) or reward_config.batch_size,
-        epochs=reward_config.epochs, patience=reward_config.patience,
-        adapt_epochs=(method_config.adapt_epochs or reward_config.adapt_epochs
-                      or getattr(method_cls, "default_adapt_epochs", defaults.adapt_epochs)),
-        max_steps=(method_config.max_steps or reward_config.max_steps
-                   or getattr(method_cls, "default_max_steps", None)),
-        backbone_lr=reward_config.backbone_lr, seed=seed,
-    )
 
 
 def pair_data(dataset, ids_by_user: dict[str, list[str]], formatter, users: list[str]) -> PairData:
@@ -91,7 +75,7 @@ def train_or_load(method_config, label, seed, config, dataset, split, backbone, 
     if (model_dir / "head.json").exists():
         method = method_cls.load(model_dir)
         return TrainedReward(method, backbone, json.loads((model_dir / "train_log.json").read_text()))
-    settings = method_settings(method_cls, method_config, config.reward, seed)
+    settings = resolve_settings(method_cls, method_config, config.reward, seed)
     method = method_cls(backbone.hidden_size, settings)
     train = pair_data(dataset, split.train, formatter, split.train_users)
     val = pair_data(dataset, split.heldout, formatter, split.train_users)
@@ -234,12 +218,10 @@ def evaluate_reward_batch(job: RewardCellJob, batch, batch_index: int) -> tuple[
 def zero_shot_generations(store, policy, formatter, examples, batch_size, max_new_tokens) -> dict[str, str]:
     """Zero-shot outputs for the win rate: reused from the run's Zero-Shot cell when it has them."""
     found = {}
-    for metrics_path in store.root.glob("cells/*/*/*/metrics.json"):
-        meta = json.loads(metrics_path.read_text())
+    for meta in store.all_metrics():  # through the store's API: damaged cells are skipped there
         if meta["policy"] == policy.name and meta.get("decoder_name") == "zero_shot":
-            for line in (metrics_path.parent / "rows.jsonl").read_text().splitlines():
-                row = json.loads(line)
-                found[row["id"]] = row["generation"]
+            found.update({row["id"]: row["generation"] for row in store.read_rows(Cell(meta["policy"],
+                                                                                       meta["decoder"], meta["seed"]))})
     missing = [ex for ex in examples if ex.id not in found]
     for start in range(0, len(missing), batch_size):
         batch = missing[start : start + batch_size]
