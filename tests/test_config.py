@@ -69,3 +69,27 @@ def test_building_a_method_leaves_the_global_rng_alone():
     torch.manual_seed(123)
     METHODS.get("lore")(16, MethodSettings(seed=7))
     assert torch.equal(torch.rand(3), expected)
+
+
+def test_inline_task_template_from_a_config_or_the_command_line():
+    from pathlib import Path
+
+    import pytest
+
+    from persalign.config import TaskSpec, load_config
+    from persalign.errors import ConfigError
+    from persalign.models.tiny import byte_tokenizer
+    from persalign.prompts import PromptFormatter
+
+    config = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "my_writing.yaml"))
+    assert config.data.task == TaskSpec("Write the subject line for this commit message body.", "Commit message",
+                                        "Subject line")
+    override = load_config("demo", ["data.task={instruction: Write a title for this review., input_label: Review, "
+                                    "output_label: Title}"])
+    formatter = PromptFormatter(byte_tokenizer(chat=False), override.data.task)
+    text = formatter.tokenizer.decode(formatter.prompt_ids("Great kettle, boils fast."))
+    assert text.startswith("Write a title for this review.") and text.endswith("Review: Great kettle, boils fast.\nTitle:")
+    with pytest.raises(ConfigError, match=r"data\.task\.output_label: '' is not allowed \(an inline task needs"):
+        load_config("demo", ["data.task={instruction: Write., input_label: Review}"])
+    with pytest.raises(ConfigError, match=r"data\.task\.input_label: ' ' is not allowed"):
+        load_config("demo", ["data.task={instruction: Write., input_label: ' ', output_label: Title}"])

@@ -20,13 +20,22 @@ import yaml
 from persalign.errors import ConfigError
 
 
+@dataclass(frozen=True)
+class TaskSpec:
+    """Your own task, inline: `data.task: {instruction: ..., input_label: ..., output_label: ...}`."""
+
+    instruction: str = ""
+    input_label: str = ""
+    output_label: str = ""
+
+
 @dataclass
 class DataConfig:
     """Where the per-user data comes from and how preferences are built (paper §5)."""
 
     dataset: str = "demo"
     path: str | None = None
-    task: str | None = None  # prompt template; default: the data set's own task
+    task: str | TaskSpec | None = None  # a named task, or an inline TaskSpec; default: the data set's own
     min_items_per_user: int = 20
     max_items_per_user: int | None = None  # cap very prolific users (newest kept)
     embedder: str = "minilm-l6"  # for hard negatives and ICL-RAG retrieval

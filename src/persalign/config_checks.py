@@ -88,8 +88,20 @@ def _check(value, rule, key: str, where: str) -> None:
         raise ConfigError(f"{where}.{key}: {value!r} is not allowed (must be {allowed})")
 
 
+def check_task(task, where: str) -> None:
+    """An inline task template needs all three fields as non-empty text."""
+    if task is None or isinstance(task, str):
+        return
+    for key in ("instruction", "input_label", "output_label"):
+        value = getattr(task, key)
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}.data.task.{key}: {value!r} is not allowed (an inline task needs "
+                              "instruction, input_label and output_label, each non-empty text)")
+
+
 def validate(config, where: str = "config") -> None:
     """Raise ConfigError on the first value outside its allowed range."""
+    check_task(config.data.task, where)
     for key, rule in RULES.items():
         _check(_get(config, key), rule, key, where)
     for i, decoder in enumerate(config.decoders):

@@ -1,7 +1,8 @@
 """Prompt templates per task, rendered with the model's chat template where it has one.
 
 Tasks: `headline` (LaMP-4, news_category, demo), `title` (LaMP-5), `tweet`
-(LaMP-7). Zero-shot is one user turn with the instruction and the input. ICL
+(LaMP-7), `summary`, `chat`, or an inline template for any per-user writing
+(`data.task: {instruction: ..., input_label: ..., output_label: ...}`). Zero-shot is one user turn with the instruction and the input. ICL
 prepends the user's own demonstrations as earlier turns of the same shape
 (instruction + input -> the user's output), so the only difference between
 zero-shot and ICL prompts is the demonstrations. Style-only history (items
@@ -43,7 +44,10 @@ TASKS = {
 }
 
 
-def task_template(task: str) -> TaskTemplate:
+def task_template(task) -> TaskTemplate:
+    """A named task, or an inline one (`TaskSpec` or any object with the three fields) for your own writing."""
+    if not isinstance(task, str):
+        return TaskTemplate(task.instruction.strip(), task.input_label.strip(), task.output_label.strip())
     if task not in TASKS:
         raise ConfigError(f"unknown task {task!r} (known: {sorted(TASKS)})")
     return TASKS[task]
@@ -81,7 +85,7 @@ def plain_prompt(template: TaskTemplate, query_input: str, demos: list[UserItem]
 class PromptFormatter:
     """Turns (query, demos) into token ids for one tokenizer and task."""
 
-    def __init__(self, tokenizer, task: str, max_prompt_tokens: int = 1536):
+    def __init__(self, tokenizer, task, max_prompt_tokens: int = 1536):
         self.tokenizer = tokenizer
         self.template = task_template(task)
         self.max_prompt_tokens = max_prompt_tokens
