@@ -73,6 +73,29 @@ def evaluate_pairs(method, backbone, data: PairData, batch_size: int = 256) -> d
     return {"accuracy": 100 * correct / len(data), "loss": losses / len(data)}
 
 
+def _train_epoch(method, backbone, data, order, phases, log, batch_size, max_steps, loss_fn, on_step) -> dict:
+    """One pass over `order` in minibatches (one step per phase each); returns loss/accuracy/margin sums."""
+    totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
+    for start in range(0, len(order), batch_size):
+        index = order[start : start + batch_size]
+        for optimizer in phases:
+            r_w, r_l = pair_rewards(method, backbone, data, index)
+            loss = loss_fn(r_w, r_l, log.steps) if loss_fn else bradley_terry_loss(r_w, r_l)
+            for other in phases:
+                other.zero_grad()
+            loss.backward()
+            optimizer.step()
+            if on_step:
+                on_step()
+        log.steps += 1
+        totals["loss"] += float(loss.detach()) * len(index)
+        totals["accuracy"] += float((r_w > r_l).float().sum()) * 100
+        totals["margin"] += float((r_w - r_l).detach().sum())
+        if max_steps and log.steps >= max_steps:
+            break
+    return totals
+
+
 def train_pairs(method, backbone, data: PairData, val: PairData | None, parameter_groups: list[dict], *,
                 epochs: int, batch_size: int, patience: int, seed: int, max_steps: int | None = None,
                 loss_fn=None, on_step=None, alternate: bool = False) -> TrainLog:
@@ -91,24 +114,7 @@ def train_pairs(method, backbone, data: PairData, val: PairData | None, paramete
     for epoch in range(epochs):
         method.train()
         order = torch.randperm(len(data), generator=generator).tolist()
-        totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
-        for start in range(0, len(order), batch_size):
-            index = order[start : start + batch_size]
-            for optimizer in phases:
-                r_w, r_l = pair_rewards(method, backbone, data, index)
-                loss = loss_fn(r_w, r_l, log.steps) if loss_fn else bradley_terry_loss(r_w, r_l)
-                for other in phases:
-                    other.zero_grad()
-                loss.backward()
-                optimizer.step()
-                if on_step:
-                    on_step()
-            log.steps += 1
-            totals["loss"] += float(loss.detach()) * len(index)
-            totals["accuracy"] += float((r_w > r_l).float().sum()) * 100
-            totals["margin"] += float((r_w - r_l).detach().sum())
-            if max_steps and log.steps >= max_steps:
-                break
+        totals = _train_epoch(method, backbone, data, order, phases, log, batch_size, max_steps, loss_fn, on_step)
         method.eval()
         record = {"epoch": epoch, **{f"train_{k}": v / len(data) for k, v in totals.items()}}
         score = record["train_accuracy"]
