@@ -1,0 +1,83 @@
+"""Values stored before the one-deployment rebuild (issue #16), and the view of a run they are compared on.
+
+`tests/golden/*.json` were written by this file at commit db18ad0 (before the
+runner was rebuilt), so the test that reads them compares the new code with the
+old numbers, not with whatever the new code prints:
+
+    PERSALIGN_CACHE=/tmp/golden-cache python -m tests.golden tiny   # tiny model, every deployment kind
+    python -m tests.golden demo                                     # `make demo` (SmolLM2, real model)
+
+The view keeps what a reader of the results sees: each cell's summary numbers
+(timings and memory dropped), its chosen λ, and every row's generation and
+pair scores.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+# Every kind of deployment on the tiny model: the three baselines, ARGS with a
+# sequence-level head, a personalized head and a token-level head (λ chosen by
+# the harmonic rule), Best-of-N, and the policy-side soft-prompt method.
+TINY_ALL_DEPLOYMENTS = [
+    "policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]",
+    "generation.max_new_tokens=6", "generation.batch_size=4", "split.max_query_per_user=3", "seeds=[0]",
+    "decoders=[{name: zero_shot}, {name: icl, shots: 2}, {name: icl_rag, shots: 2}]",
+    "methods=[{name: global_rm}, {name: lore}, {name: genarm}, {name: pdpo, max_steps: 4}]",
+    "reward.epochs=3", "args.lambdas=[0.0, 1.0]", "args.validation_size=4",
+    "best_of_n.enabled=true", "best_of_n.ns=[1,2]",
+]
+
+SKIPPED = {"stage_seconds", "peak_memory_mib", "settings", "decoder_index", "seed_dependent", "deployment"}
+ROW_COLUMNS = ("generation", "s_chosen", "s_rejected", "rm_chosen", "rm_rejected", "rm_score", "win")
+
+
+def view(run_dir: Path) -> dict:
+    """cell label/seed -> its summary numbers, λ and per-row values, in a JSON-comparable form."""
+    from persalign.runner.store import Cell, RunStore
+
+    store = RunStore(run_dir)
+    out = {}
+    for metrics in store.all_metrics():
+        cell = Cell(metrics["policy"], metrics["decoder"], metrics["seed"])
+        rows = sorted(store.read_rows(cell), key=lambda r: r["id"])
+        out[f"{cell.decoder} | seed {cell.seed}"] = {
+            "summary": {k: v for k, v in metrics.items() if k not in SKIPPED},
+            "lambda": metrics.get("settings", {}).get("lambda"),
+            "rows": [{k: r[k] for k in ("id",) + ROW_COLUMNS if k in r} for r in rows],
+        }
+    return dict(sorted(out.items()))
+
+
+def run_tiny(out_dir: Path) -> dict:
+    from persalign.config import load_config
+    from persalign.runner.run import run
+
+    run(load_config("demo", TINY_ALL_DEPLOYMENTS), out_dir, log=lambda *_: None)
+    return view(out_dir)
+
+
+def run_demo(out_dir: Path) -> dict:
+    from persalign.config import load_config
+    from persalign.runner.run import run
+
+    run(load_config("demo"), out_dir, log=lambda *_: None)
+    return view(out_dir)
+
+
+def main(which: str) -> None:
+    runner = {"tiny": run_tiny, "demo": run_demo}[which]
+    with tempfile.TemporaryDirectory() as tmp:
+        values = runner(Path(tmp) / "run")
+    GOLDEN_DIR.mkdir(exist_ok=True)
+    (GOLDEN_DIR / f"{which}.json").write_text(json.dumps(values, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {GOLDEN_DIR / which}.json: {len(values)} cells")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
