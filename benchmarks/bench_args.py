@@ -27,7 +27,7 @@ import time
 import torch
 
 from common import emit, machine, news_query_pairs, peak_memory_mib
-from persalign.args_decoding import RewardGuide, args_decode, tree_forward
+from persalign.decoders.args_decoding import RewardGuide, args_decode, tree_forward
 from persalign.decoding import decode, extend_mask, greedy, prefill
 from persalign.models.loading import decoder_stack, load_causal_lm
 from persalign.prompts import PromptFormatter

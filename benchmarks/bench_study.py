@@ -28,7 +28,7 @@ from common import emit, machine
 
 def run_figures(run_dir: Path) -> dict:
     """Per-stage seconds and the highest per-cell peak, from the stored run only."""
-    from persalign.report import results_frame, stage_totals
+    from persalign.report.markdown import results_frame, stage_totals
     from persalign.runner.store import RunStore
 
     frame = results_frame(RunStore(run_dir))

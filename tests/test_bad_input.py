@@ -72,7 +72,7 @@ def test_shots_larger_than_the_support_set_are_clipped_recorded_and_reported(tmp
     store = run(tiny_config("seeds=[0]", "decoders=[{name: icl_rag, shots: 500}]"), tmp_path / "run", **QUIET)
     (metrics,) = store.all_metrics()
     assert metrics["demos_used_max"] < 500 if "demos_used_max" in metrics else metrics["demos_used_mean"] < 500
-    from persalign.report import build_report
+    from persalign.report.markdown import build_report
 
     assert f"ICL-RAG (500-shot) ({metrics['demos_used_mean']:.1f} demos used on average)" in build_report(store.root)
 

@@ -1,6 +1,6 @@
 """Best-of-N: picks the argmax, nested N are prefixes of one sample set, sampling is seeded."""
 
-from persalign.best_of_n import nested_best, sample_responses
+from persalign.decoders.best_of_n_samples import nested_best, sample_responses
 from persalign.prompts import PromptFormatter
 
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from persalign.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_decoding import RewardGuide, args_decode
 from persalign.config import MethodConfig, RewardConfig
 from persalign.prompts import PromptFormatter
 from persalign.registry import METHODS

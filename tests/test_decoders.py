@@ -1,8 +1,10 @@
 """ICL demonstrations come from the user's own support set only, deterministically."""
 
+from types import SimpleNamespace
+
 import pytest
 
-from persalign.config import DataConfig, DecoderConfig, SplitConfig
+from persalign.config import DataConfig, DecoderConfig, SplitConfig, load_config
 from persalign.data.preflamp import build_pref_lamp
 from persalign.data.split import make_split
 from persalign.data.writing import keep_active_users
@@ -10,6 +12,8 @@ from persalign.decoders.base import EvalContext
 from persalign.errors import ConfigError
 from persalign.models.embedders import CachedEmbedder, HashingBowEmbedder
 from persalign.registry import DATASETS, DECODERS
+from persalign.runner.plan import PlannedCell, plan
+from persalign.runner.store import Cell
 
 
 @pytest.fixture(scope="module")
@@ -20,15 +24,27 @@ def context():
     return EvalContext(dataset, make_split(dataset, SplitConfig(adapt_fraction=0.25)), embedder)
 
 
+def deployment(context, name: str, shots: int, seed: int = 0):
+    """A decoder built for one cell, with only what choosing demonstrations needs in its context."""
+    planned = PlannedCell(Cell("policy", name, seed), name, 0, decoder_config=DecoderConfig(name, shots=shots))
+    ctx = SimpleNamespace(planned=planned, cell=planned.cell, seed=seed, run=SimpleNamespace(eval_context=context),
+                          policy=SimpleNamespace(lm=None, formatter=None))
+    return DECODERS.get(name)(ctx)
+
+
+def example(user, item):
+    return SimpleNamespace(id=item.id, comparison=SimpleNamespace(user=user, prompt=item.input))
+
+
 def query_items(context):
     return [(u, context.items[i]) for u in context.split.adapt_users for i in context.split.query[u]]
 
 
 @pytest.mark.parametrize("name", ["icl", "icl_rag"])
 def test_demos_are_the_users_own_support_items(context, name):
-    decoder = DECODERS.get(name)(DecoderConfig(name, shots=4))
+    decoder = deployment(context, name, 4)
     for user, item in query_items(context):
-        demos = decoder.demos(context, user, item.id, item.input, seed=0)
+        demos = decoder.demos(example(user, item))
         assert len(demos) == 4
         assert all(d.user == user for d in demos)
         assert all(d.id in context.split.support[user] for d in demos)
@@ -36,18 +52,16 @@ def test_demos_are_the_users_own_support_items(context, name):
 
 
 def test_random_icl_is_seeded_per_example(context):
-    decoder = DECODERS.get("icl")(DecoderConfig("icl", shots=3))
     user, item = query_items(context)[0]
-    first = decoder.demos(context, user, item.id, item.input, seed=0)
-    assert first == decoder.demos(context, user, item.id, item.input, seed=0)
-    draws = {tuple(d.id for d in decoder.demos(context, user, item.id, item.input, seed=s)) for s in range(6)}
+    first = deployment(context, "icl", 3).demos(example(user, item))
+    assert first == deployment(context, "icl", 3).demos(example(user, item))
+    draws = {tuple(d.id for d in deployment(context, "icl", 3, seed=s).demos(example(user, item))) for s in range(6)}
     assert len(draws) > 1
 
 
 def test_rag_returns_the_most_similar_items_first(context):
-    decoder = DECODERS.get("icl_rag")(DecoderConfig("icl_rag", shots=3))
     user, item = query_items(context)[0]
-    demos = decoder.demos(context, user, item.id, item.input, seed=0)
+    demos = deployment(context, "icl_rag", 3).demos(example(user, item))
     pool = context.demo_pool(user)
     vectors = context.embedder.encode([item.input] + [p.input for p in pool])
     sims = sorted((float(vectors[1 + j] @ vectors[0]) for j in range(len(pool))), reverse=True)
@@ -57,4 +71,4 @@ def test_rag_returns_the_most_similar_items_first(context):
 
 def test_shots_must_be_positive():
     with pytest.raises(ConfigError, match="shots must be >= 1"):
-        DECODERS.get("icl")(DecoderConfig("icl", shots=0))
+        plan(load_config("demo", ["decoders=[{name: icl, shots: 0}]"]))

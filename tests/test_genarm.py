@@ -2,7 +2,7 @@
 
 import torch
 
-from persalign.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_decoding import RewardGuide, args_decode
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
 from persalign.registry import METHODS

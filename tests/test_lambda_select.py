@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from persalign.rewards.lambda_select import best_lambda, harmonic_mean, policy_accuracy_curve
+from persalign.decoders.args_lambda import best_lambda, harmonic_mean, policy_accuracy_curve
 
 
 def test_policy_accuracy_curve_matches_hand_computation():

@@ -10,7 +10,7 @@ from persalign.models.embedders import HashingBowEmbedder
 from persalign.prompts import PromptFormatter
 from persalign.records import Comparison, PreferenceDataset, UserItem
 from persalign.registry import DATASETS
-from persalign.runner.reward_cells import validation_pairs
+from persalign.decoders.args_lambda import validation_pairs
 
 SPLIT = SplitConfig(adapt_fraction=0.4, support_fraction=0.5, heldout_fraction=0.2, seed=1)
 WORDS = "river market council storm school museum airport garden library harvest bakery robot panda".split()

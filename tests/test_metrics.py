@@ -56,7 +56,7 @@ def test_rouge_defaults_to_no_stemming_like_lamp_and_hf_evaluate():
 def test_report_names_the_bertscore_encoder_and_layer_and_the_rouge_setting():
     import pandas as pd
 
-    from persalign.report import bertscore_title, metrics_line
+    from persalign.report.markdown import bertscore_title, metrics_line
 
     frame = pd.DataFrame({"settings": [{"rouge_stemmer": False, "bertscore_model": "minilm-l6", "bertscore_layer": 6,
                                         "rescaled": False}]})

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from persalign.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_decoding import RewardGuide, args_decode
 from persalign.decoding import decode, greedy
 from persalign.errors import ConfigError
 from persalign.models.loading import LoadedLM
@@ -224,7 +224,7 @@ def test_save_and_load_give_identical_rewards_without_pickle(tiny_lm, tmp_path, 
 @pytest.mark.parametrize("implementation", ["eager", "sdpa"])
 def test_tree_forward_candidates_see_only_the_prefix_and_themselves(implementation):
     """Each candidate's state equals a separate teacher-forced forward of prefix + that candidate."""
-    from persalign.args_decoding import tree_forward
+    from persalign.decoders.args_decoding import tree_forward
     from persalign.decoding import left_pad
     from persalign.models.loading import decoder_stack
 

@@ -9,7 +9,7 @@ import pytest
 from persalign import cli
 from persalign.config import load_config
 from persalign.errors import ConfigError
-from persalign.report import build_report
+from persalign.report.markdown import build_report
 from persalign.runner import evaluate
 from persalign.runner.run import run
 from persalign.runner.store import Cell, RunStore
@@ -61,16 +61,16 @@ def test_same_config_and_seed_give_the_same_numbers(tmp_path, cache_dir):
 def test_interrupted_run_resumes_to_identical_metrics_without_duplicates(tmp_path, cache_dir, monkeypatch):
     fresh = run(tiny_config(), tmp_path / "fresh", log=lambda *_: None)
 
-    real = evaluate._evaluate_batch
+    real = evaluate.evaluate_batch
     calls = {"n": 0}
 
-    def dies_on_the_sixth_batch(job, batch, index):
+    def dies_on_the_sixth_batch(*args):
         calls["n"] += 1
         if calls["n"] == 6:
             raise KeyboardInterrupt
-        return real(job, batch, index)
+        return real(*args)
 
-    monkeypatch.setattr(evaluate, "_evaluate_batch", dies_on_the_sixth_batch)
+    monkeypatch.setattr(evaluate, "evaluate_batch", dies_on_the_sixth_batch)
     with pytest.raises(KeyboardInterrupt):
         run(tiny_config(), tmp_path / "resumed", log=lambda *_: None)
     store = RunStore(tmp_path / "resumed")
@@ -82,7 +82,7 @@ def test_interrupted_run_resumes_to_identical_metrics_without_duplicates(tmp_pat
     with torn.open("a") as handle:
         handle.write('{"id": "half-writ')
 
-    monkeypatch.setattr(evaluate, "_evaluate_batch", real)
+    monkeypatch.setattr(evaluate, "evaluate_batch", real)
     resumed = run(tiny_config(), tmp_path / "resumed", log=lambda *_: None)
     assert metrics_without_timing(resumed) == metrics_without_timing(fresh)
     assert all_rows(resumed) == all_rows(fresh)
@@ -90,7 +90,7 @@ def test_interrupted_run_resumes_to_identical_metrics_without_duplicates(tmp_pat
 
 def test_rerun_of_a_complete_run_skips_everything(tmp_path, cache_dir, monkeypatch):
     run(tiny_config(), tmp_path / "r", log=lambda *_: None)
-    monkeypatch.setattr(evaluate, "_evaluate_batch", lambda *a: pytest.fail("recomputed a finished batch"))
+    monkeypatch.setattr(evaluate, "evaluate_batch", lambda *a: pytest.fail("recomputed a finished batch"))
     messages = []
     run(tiny_config(), tmp_path / "r", log=messages.append)
     assert "4 already complete" in messages[0]
@@ -134,7 +134,7 @@ def test_a_run_can_be_extended_with_more_cells(tmp_path, cache_dir, monkeypatch)
 def test_html_report_is_valid_and_embeds_figures(tmp_path, cache_dir):
     from html.parser import HTMLParser
 
-    from persalign.report_html import build_html_report
+    from persalign.report.html import build_html_report
 
     store = run(tiny_config("'methods=[{name: global_rm}, {name: global_rm_v2}, {name: lore}]'".strip("'"),
                             "reward.epochs=5", "args.selection=fixed"), tmp_path / "r", log=lambda *_: None)
@@ -160,7 +160,7 @@ def test_html_report_is_valid_and_embeds_figures(tmp_path, cache_dir):
 
 
 def test_genarm_and_pdpo_cells_run_and_report_dashes_where_pdpo_has_no_rm(tmp_path, cache_dir):
-    from persalign.report import build_report
+    from persalign.report.markdown import build_report
 
     config = tiny_config("'methods=[{name: genarm}, {name: pdpo}]'".strip("'"), "reward.epochs=3",
                          "args.selection=fixed", "decoders=[{name: zero_shot}]", "seeds=[0]")

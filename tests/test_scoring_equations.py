@@ -7,7 +7,7 @@ from torch import nn
 
 from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone
-from persalign.rewards.lambda_select import policy_accuracy_curve
+from persalign.decoders.args_lambda import policy_accuracy_curve
 from persalign.rewards.method import MethodSettings, RewardMethod
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 from tests.test_rewards_args import prompts_of, toy_pairs

@@ -8,7 +8,7 @@ import pytest
 from scipy import stats
 
 from persalign.analysis.study import analyse
-from persalign.report import build_report
+from persalign.report.markdown import build_report
 from persalign.runner.store import Cell, RunStore
 
 USERS = ["u1", "u2", "u3", "u4"]
@@ -76,7 +76,7 @@ def test_figure1_labels_of_near_equal_methods_never_overprint():
     """The study's cluster: several methods within 1 point of each other on both axes."""
     import matplotlib.pyplot as plt
 
-    from persalign.report_html import _label_points
+    from persalign.report.html import _label_points
 
     xs, ys = [53.0, 65.4, 68.8, 69.7, 69.2, 69.2, 69.7, 70.5, 70.5, 70.9], \
         [72.2, 71.8, 72.2, 72.2, 71.8, 71.4, 71.4, 66.7, 65.8, 73.9]

@@ -19,7 +19,7 @@ OVERRIDES_HELP = "config overrides such as seeds=[0,1] or generation.batch_size=
 
 def _cmd_run(args) -> None:
     from persalign.config import load_config
-    from persalign.report import build_report
+    from persalign.report.markdown import build_report
     from persalign.runner.run import run
 
     config = load_config(args.config, args.overrides)
@@ -35,11 +35,11 @@ def _cmd_study(args) -> None:
 
 def _cmd_report(args) -> int:
     """Exit 1 (report still written) when damaged cells had to be skipped."""
-    from persalign.report import build_report
+    from persalign.report.markdown import build_report
     from persalign.runner.store import RunStore
 
     if args.format == "html":
-        from persalign.report_html import build_html_report
+        from persalign.report.html import build_html_report
 
         print(f"wrote {build_html_report(args.run_dir)}")
     else:

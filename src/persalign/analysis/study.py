@@ -27,11 +27,9 @@ import numpy as np
 
 from persalign.analysis.bootstrap import correlation_ci, metric_ci, per_user_means, user_resamples
 from persalign.analysis.correlations import STATISTICS
+from persalign.decoders.base import properties_of
 from persalign.runner.store import Cell, RunStore
 
-REWARD_DEPLOYMENTS = ("args", "soft_prompt")  # methods with a learnt component, deployed by decoding
-BEST_OF_N = "best_of_n"
-ICL_DEPLOYMENTS = ("icl", "icl_rag")
 GENERATION_METRICS = (("rouge1", "ROUGE-1"), ("rougeL", "ROUGE-L"), ("bertscore_f1", "BERTScore-F1"))
 # metric key -> per-example row column whose user-macro mean (x100 for rates) is that metric
 ROW_COLUMNS = {"rm_accuracy": ("rm_correct", 100.0), "policy_accuracy": ("policy_correct", 100.0),
@@ -44,10 +42,23 @@ ROW_COLUMNS = {"rm_accuracy": ("rm_correct", 100.0), "policy_accuracy": ("policy
 class MethodResult:
     label: str
     policy: str
-    kind: str  # zero_shot, icl, icl_rag, args, soft_prompt, best_of_n
+    properties: dict  # the deployment's declared properties (decoders/base.py DeploymentProperties)
     index: int
     seeds: int
     user_means: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> {user: value}
+
+    @property
+    def decodes_with_learnt_part(self) -> bool:
+        """A reward method deployed by decoding (ARGS, soft prompt): the selection-crisis methods."""
+        return bool(self.properties.get("learns_from_pairs")) and not self.properties.get("reranks_samples")
+
+    @property
+    def reranks_samples(self) -> bool:
+        return bool(self.properties.get("reranks_samples"))
+
+    @property
+    def uses_demonstrations(self) -> bool:
+        return bool(self.properties.get("uses_demonstrations"))
 
     def mean(self, metric: str) -> float:
         values = self.user_means.get(metric)
@@ -79,14 +90,13 @@ def load_results(run_dir: str | Path) -> dict[str, list[MethodResult]]:
     zero_shot: dict[str, dict[str, float]] = defaultdict(dict)
     for (policy, _), cells in grouped.items():
         for m in cells:
-            if m.get("decoder_name") == "zero_shot":
+            if properties_of(m).get("reference_baseline"):
                 for row in store.read_rows(Cell(policy, m["decoder"], m["seed"])):
                     if row.get("rouge1") is not None:
                         zero_shot[policy][row["id"]] = row["rouge1"]
     results: dict[str, list[MethodResult]] = defaultdict(list)
     for (policy, label), cells in grouped.items():
-        result = MethodResult(label, policy, cells[0].get("decoder_name", "?"), cells[0].get("decoder_index", 0),
-                              len(cells))
+        result = MethodResult(label, policy, properties_of(cells[0]), cells[0].get("decoder_index", 0), len(cells))
         per_seed: dict[str, list[dict[str, float]]] = defaultdict(list)
         for m in cells:
             rows = _rows_with_gain(store.read_rows(Cell(policy, label, m["seed"])), zero_shot[policy])
@@ -160,8 +170,8 @@ class PolicyAnalysis:
 
 
 def analyse_policy(policy: str, methods: list[MethodResult], n_boot: int = 1000, seed: int = 0) -> PolicyAnalysis:
-    reward = [m for m in methods if m.kind in REWARD_DEPLOYMENTS]
-    icl = [m for m in methods if m.kind in ICL_DEPLOYMENTS]
+    reward = [m for m in methods if m.decodes_with_learnt_part]
+    icl = [m for m in methods if m.uses_demonstrations]
     vs_rouge = {x: correlation_table(reward, x, "rouge1", n_boot, seed)
                 for x in ("rm_accuracy", "policy_accuracy", "win_rate")}
     icl, reward_gen = [m for m in icl if m.user_means.get("rouge1")], [m for m in reward if m.user_means.get("rouge1")]
@@ -170,7 +180,7 @@ def analyse_policy(policy: str, methods: list[MethodResult], n_boot: int = 1000,
     differences = {metric: best_minus_best(icl, reward_gen, metric, n_boot, seed) for metric, _ in GENERATION_METRICS}
     cis = {m.label: {metric: metric_ci(values, n_boot=n_boot, seed=seed)
                      for metric, values in m.user_means.items() if values} for m in methods}
-    bon = [m for m in methods if m.kind == BEST_OF_N]
+    bon = [m for m in methods if m.reranks_samples]
     return PolicyAnalysis(policy, methods, correlation_table(reward, "rm_accuracy", "policy_accuracy", n_boot, seed),
                           vs_rouge, correlation_table(reward, "win_rate", "rouge1_gain", n_boot, seed),
                           best_icl, best_reward, differences, cis,

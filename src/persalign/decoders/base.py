@@ -1,20 +1,43 @@
-"""What every decoder sees: the evaluation context, and the demo pool of a user.
+"""The one deployment interface: every way of deploying a policy for a user is a decoder in this package.
 
-A decoder decides, for each query example, which demonstrations go into the
-prompt (none for zero-shot) and how tokens are chosen (greedy for the
-reward-free baselines). The user's demonstration pool is their support items
-plus any style-only history; never a query item, never another user's item.
+A deployment turns a batch of query examples into prompts (`prepare`), writes
+an output for each (`generate`), and ranks each (chosen, rejected) pair with
+its own scoring function (`score_pairs`: s_base Eq. 4, s_ICL Eq. 7, s_RGD
+Eq. 5-6, or an implicit reward). The one evaluator (runner/evaluate.py) runs
+any deployment through the run store; reports know deployments only by the
+properties they declare here, never by name.
+
+    persalign list          # the registered decoders, methods, data sets and metrics
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 import numpy as np
 
 from persalign.data.split import UserSplit
 from persalign.records import PreferenceDataset, UserItem
+from persalign.registry import DECODERS
+
+
+@dataclass(frozen=True)
+class DeploymentProperties:
+    """What a deployment is, as reports and the planner need to know it."""
+
+    seed_dependent: bool = False  # outputs change with the seed (random demos, sampling, trained parts)
+    reference_baseline: bool = False  # the reward-free policy every gain is measured against (zero-shot)
+    uses_demonstrations: bool = False  # the user's own items go into the prompt (ICL)
+    retrieves_demonstrations: bool = False  # ... chosen by similarity to the query (ICL-RAG)
+    learns_from_pairs: bool = False  # a trained personalized component (a reward model or soft tokens)
+    ranks_with_reward_model: bool = False  # an explicit RM ranks pairs and outputs (RM accuracy exists)
+    reranks_samples: bool = False  # picks among sampled outputs (Best-of-N) instead of guiding decoding
+    needs: str | None = None  # what the planner must provide: None, "reward_model" or "policy_method"
+
+    def as_dict(self) -> dict:
+        return asdict(self)
 
 
 @dataclass
@@ -34,7 +57,85 @@ class EvalContext:
         return support + style_only
 
 
+@dataclass
+class PreparedBatch:
+    """A batch of query examples with their prompts; `state` is the deployment's own (e.g. a shared prefill)."""
+
+    examples: list  # runner.evaluate.Example
+    prompts: list[list[int]]
+    columns: list[dict]  # per-row values the deployment records (demo ids, prompt length)
+    state: object = None
+
+    @property
+    def users(self) -> list[str]:
+        return [ex.comparison.user for ex in self.examples]
+
+
+@dataclass
+class Generated:
+    texts: list[str]
+    scores: list[dict] | None = None  # generation metrics already known (Best-of-N's stored sample scores)
+    columns: list[dict] | None = None  # per-row values beside the text (Best-of-N's curve points)
+
+
+@dataclass
+class PairScores:
+    """Each pair ranked by the deployment's policy score and, where it has one, by its reward model."""
+
+    policy: tuple[np.ndarray, np.ndarray] | None = None  # s(chosen), s(rejected)
+    reward: tuple[np.ndarray, np.ndarray] | None = None  # RM(chosen), RM(rejected)
+    columns: list[dict] | None = None  # per-row values (ARGS: λ, the win over zero-shot)
+
+
+class Deployment(Protocol):
+    """What a registered decoder class builds for one cell (constructed as `cls(cell_context)`)."""
+
+    label: str
+    properties: DeploymentProperties
+    extra_columns: tuple[str, ...]  # per-row scores summarised beside the generation metrics
+
+    def begin(self) -> None: ...  # once per cell before its batches (ARGS chooses λ here)
+
+    def prepare(self, examples: list) -> PreparedBatch: ...
+
+    def generate(self, batch: PreparedBatch) -> Generated: ...
+
+    def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores: ...
+
+    def settings(self) -> dict: ...  # what the cell's metrics.json records about this deployment
+
+    def finish(self, metrics: dict, rows: list[dict]) -> dict: ...  # add cell-level results (curves)
+
+
+class DeploymentBase:
+    """Defaults for the optional parts of the interface."""
+
+    extra_columns: tuple[str, ...] = ()
+
+    def begin(self) -> None:
+        return None
+
+    def finish(self, metrics: dict, rows: list[dict]) -> dict:
+        return metrics
+
+    def summary_line(self, metrics: dict) -> str:
+        parts = [f"{name} {metrics[key]:.2f}" for key, name in SUMMARY_FIELDS if metrics.get(key) is not None]
+        return ", ".join(parts)
+
+
+SUMMARY_FIELDS = (("rm_accuracy", "RM acc"), ("policy_accuracy", "policy acc"), ("rouge1", "ROUGE-1"),
+                  ("win_rate", "win rate"))
+
+
 def example_rng(seed: int, example_id: str) -> np.random.Generator:
     """An RNG that depends only on (seed, example): results do not depend on batching or order."""
     digest = int(hashlib.sha1(example_id.encode("utf-8")).hexdigest()[:12], 16)
     return np.random.default_rng([seed, digest])
+
+
+def properties_of(metrics: dict) -> dict:
+    """A stored cell's deployment properties; runs written before they were stored: from the decoder's name."""
+    if metrics.get("deployment"):
+        return metrics["deployment"]
+    name = (metrics.get("settings") or {}).get("decoder_name") or metrics.get("decoder_name")
+    return DECODERS.get(name).properties.as_dict() if name in DECODERS else {}

@@ -14,39 +14,43 @@ from __future__ import annotations
 
 import numpy as np
 
-from persalign.config import DecoderConfig
-from persalign.decoders.base import EvalContext, example_rng
+from persalign.decoders.base import DeploymentProperties, example_rng
+from persalign.decoders.prompted import PromptedDeployment
 from persalign.errors import ConfigError
 from persalign.records import UserItem
 from persalign.registry import register_decoder
 
 
-class _ShotsDecoder:
+class _ShotsDecoder(PromptedDeployment):
     """Shared set-up: `shots` demonstrations from the user's pool (never the query item)."""
 
     prefix = "ICL"
 
-    def __init__(self, config: DecoderConfig):
+    @classmethod
+    def check(cls, config) -> None:
         if config.shots < 1:
             raise ConfigError(f"decoder {config.name}: shots must be >= 1, got {config.shots}")
-        self.shots = config.shots
-        self.label = config.label or f"{self.prefix} ({config.shots}-shot)"
 
-    def pool(self, context: EvalContext, user: str, example_id: str) -> list[UserItem]:
-        return [item for item in context.demo_pool(user) if item.id != example_id]
+    @classmethod
+    def default_label(cls, config) -> str:
+        return f"{cls.prefix} ({config.shots}-shot)"
+
+    def pool(self, example) -> list[UserItem]:
+        return [item for item in self.ctx.run.eval_context.demo_pool(example.comparison.user) if item.id != example.id]
 
 
 @register_decoder("icl")
 class RandomICL(_ShotsDecoder):
     """`shots` random demonstrations from the user's support set."""
 
-    seed_dependent = True
+    properties = DeploymentProperties(seed_dependent=True, uses_demonstrations=True)
 
-    def demos(self, context: EvalContext, user: str, example_id: str, query_input: str, seed: int) -> list[UserItem]:
-        pool = self.pool(context, user, example_id)
+    def demos(self, example) -> list[UserItem]:
+        pool = self.pool(example)
         if not pool:
             return []
-        picks = example_rng(seed, example_id).choice(len(pool), size=min(self.shots, len(pool)), replace=False)
+        rng = example_rng(self.ctx.seed, example.id)
+        picks = rng.choice(len(pool), size=min(self.config.shots, len(pool)), replace=False)
         return [pool[i] for i in picks]
 
 
@@ -54,16 +58,17 @@ class RandomICL(_ShotsDecoder):
 class RetrievalICL(_ShotsDecoder):
     """The `shots` most similar demonstrations from the user's support set."""
 
-    seed_dependent = False
+    properties = DeploymentProperties(uses_demonstrations=True, retrieves_demonstrations=True)
     prefix = "ICL-RAG"
 
-    def demos(self, context: EvalContext, user: str, example_id: str, query_input: str, seed: int) -> list[UserItem]:
-        pool = self.pool(context, user, example_id)
+    def demos(self, example) -> list[UserItem]:
+        pool = self.pool(example)
         if not pool:
             return []
-        if context.embedder is None:
+        embedder = self.ctx.run.eval_context.embedder
+        if embedder is None:
             raise ConfigError("icl_rag needs an embedder (data.embedder)")
-        vectors = context.embedder.encode([query_input] + [item.input or item.output for item in pool])
+        vectors = embedder.encode([example.comparison.prompt] + [item.input or item.output for item in pool])
         sims = vectors[1:] @ vectors[0]
-        order = np.argsort(-sims, kind="stable")[: self.shots]
+        order = np.argsort(-sims, kind="stable")[: self.config.shots]
         return [pool[i] for i in order]

@@ -1,26 +1,24 @@
 """Zero-shot greedy decoding: the base policy with no user information.
 
-Its policy accuracy uses s_base (Eq. 4): the paper's "Prior" row.
+Its policy accuracy uses s_base (Eq. 4): the paper's "Prior" row. It is the
+reference every gain and win rate is measured against.
 
     persalign run demo decoders='[{name: zero_shot}]'
 """
 
 from __future__ import annotations
 
-from persalign.config import DecoderConfig
-from persalign.decoders.base import EvalContext
-from persalign.records import UserItem
+from persalign.decoders.base import DeploymentProperties
+from persalign.decoders.prompted import PromptedDeployment
 from persalign.registry import register_decoder
 
 
 @register_decoder("zero_shot")
-class ZeroShot:
+class ZeroShot(PromptedDeployment):
     """No demonstrations; greedy decoding; scored with s_base (Eq. 4)."""
 
-    seed_dependent = False
+    properties = DeploymentProperties(reference_baseline=True)
 
-    def __init__(self, config: DecoderConfig):
-        self.label = config.label or "Zero-Shot"
-
-    def demos(self, context: EvalContext, user: str, example_id: str, query_input: str, seed: int) -> list[UserItem]:
-        return []
+    @staticmethod
+    def default_label(config) -> str:
+        return "Zero-Shot"

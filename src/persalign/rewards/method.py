@@ -126,6 +126,7 @@ class RewardMethod(nn.Module):
     display = "Base"
     personalized = False
     defaults = MethodDefaults()
+    deployments = ("args", "best_of_n")  # decoders that can deploy it (the config switches each on or off)
 
     def __init__(self, hidden_size: int, settings: MethodSettings):
         super().__init__()

@@ -68,6 +68,7 @@ class PDPO(nn.Module):
 
     name, display, personalized = "pdpo", "P-DPO", True
     policy_side = True  # ranks and generates with the policy itself; no reward model, no ARGS
+    deployments = ("soft_prompt",)
     beta, alpha = 0.1, 0.5
     # adapt_epochs: for P-DPO, optimisation steps per new user
     defaults = MethodDefaults(head_lr=1e-2, user_lr=1e-2, max_steps=40, batch_size=8, adapt_epochs=6)

@@ -38,6 +38,20 @@ class PairData:
         return PairData(*([getattr(self, f)[i] for i in index] for f in ("users", "prompts", "chosen", "rejected")))
 
 
+def pair_data(dataset, ids_by_user: dict[str, list[str]], formatter, users: list[str]) -> PairData:
+    """The listed users' pairs (ids per user, e.g. a split's train or support ids) as token ids."""
+    comparisons = {c.id: c for c in dataset.comparisons}
+    data = PairData([], [], [], [])
+    for user in users:
+        for pair_id in ids_by_user.get(user, []):
+            c = comparisons[pair_id]
+            data.users.append(user)
+            data.prompts.append(formatter.prompt_ids(c.prompt, history=c.history))
+            data.chosen.append(formatter.response_ids(c.chosen))
+            data.rejected.append(formatter.response_ids(c.rejected))
+    return data
+
+
 @dataclass
 class TrainLog:
     epochs: int = 0

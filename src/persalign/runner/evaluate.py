@@ -1,27 +1,29 @@
-"""Evaluate one cell (decoder × policy × seed) on the adaptation users' query items.
+"""The one evaluator: any deployment, any cell, batch by batch through the run store.
 
-For each batch of query examples: build each prompt (with the decoder's
-demonstrations), generate greedily, score the chosen and rejected responses
-with the same prompt (s_base for zero-shot, s_ICL for ICL: Eq. 4 / 7), and
-score the generation against the user's own text. One row per example.
+For each batch of query examples not yet on disk: the deployment builds the
+prompts, generates (where the data has the users' own outputs to compare
+with), ranks each (chosen, rejected) pair with its own scoring function, and
+the generation is scored against the user's own text; one row per example is
+appended to the cell's rows.jsonl with the batch's stage timings. When every
+batch is stored the cell's metrics.json is written from the rows.
+
+    persalign run demo -o runs/demo
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
 
-from persalign.decoding import clean_generation, decode_from, greedy, prefill
+from persalign.decoders.base import Generated, PairScores
 from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
-from persalign.prompts import PromptFormatter
 from persalign.records import Comparison, Completion
 from persalign.runner.provenance import peak_memory_mib
-from persalign.runner.store import Cell, RunStore
-from persalign.scoring import logprobs_from_prefill, mean_logprob
 
 
 @dataclass(frozen=True)
@@ -47,69 +49,53 @@ def query_examples(dataset, split) -> list[Example]:
     return [Example(comparisons[i], completions[i]) for i in split.query_ids() if i in completions]
 
 
-@dataclass
-class CellJob:
-    cell: Cell
-    decoder: object
-    lm: object
-    formatter: PromptFormatter
-    context: object
-    metrics: list  # metric objects with .score(generations, references)
-    batch_size: int
-    max_new_tokens: int
-    generate: bool = True  # False for pair-only data: ranking only, no reference to score a generation against
-
-
-def _evaluate_batch(job: CellJob, batch: list[Example], batch_index: int) -> tuple[list[dict], dict]:
-    timings = {"batch": batch_index}
+@contextmanager
+def timed(timings: dict, key: str):
     start = time.perf_counter()
-    demos = [
-        job.decoder.demos(job.context, ex.comparison.user, ex.id, ex.comparison.prompt, job.cell.seed) for ex in batch
-    ]
-    prompts = [job.formatter.prompt_ids(ex.comparison.prompt, d, ex.comparison.history)
-               for ex, d in zip(batch, demos)]
-    timings["prompts_s"] = time.perf_counter() - start
+    yield
+    timings[key] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    state = prefill(job.lm, prompts)  # one pass over the prompts serves generation and scoring
-    generations = [None] * len(batch)
-    if job.generate:
-        generated = decode_from(job.lm, state, greedy, job.max_new_tokens)
-        generations = [clean_generation(job.lm.tokenizer, ids) for ids in generated]
-    timings["generation_s"] = time.perf_counter() - start
 
-    start = time.perf_counter()
-    chosen = [job.formatter.response_ids(ex.comparison.chosen) for ex in batch]
-    rejected = [job.formatter.response_ids(ex.comparison.rejected) for ex in batch]
-    chosen_lp, rejected_lp = logprobs_from_prefill(job.lm, state, [chosen, rejected])
-    logprobs = chosen_lp + rejected_lp
-    timings["scoring_s"] = time.perf_counter() - start
-
-    scores = score_batch(job.metrics, job.generate, generations, batch, timings)
-
-    rows = []
-    for i, ex in enumerate(batch):
-        s_chosen, s_rejected = mean_logprob(logprobs[i]), mean_logprob(logprobs[len(batch) + i])
-        outcome = pair_outcome(s_chosen, s_rejected)
-        rows.append({
-            "id": ex.id, "user": ex.comparison.user, "batch": batch_index,
-            "prompt": ex.comparison.prompt, "reference": ex.reference,
-            "generation": generations[i], "demo_ids": [d.id for d in demos[i]],
-            "prompt_tokens": len(prompts[i]),
-            "s_chosen": s_chosen, "s_rejected": s_rejected,
-            "policy_correct": outcome["correct"], "policy_tie": outcome["tie"],
-            **scores[i],
-        })
+def evaluate_batch(deployment, generate: bool, metrics: list, batch: list[Example], index: int):
+    """One batch of any deployment: (rows, stage timings)."""
+    timings = {"batch": index}
+    with timed(timings, "prompts_s"):
+        prepared = deployment.prepare(batch)
+    generated = None
+    with timed(timings, "generation_s"):
+        if generate or getattr(deployment, "always_generates", False):
+            generated = deployment.generate(prepared)
+    with timed(timings, "scoring_s"):
+        pairs = deployment.score_pairs(prepared, generated if generate else None)
+    with timed(timings, "metrics_s"):
+        scores = generation_scores(metrics, generate, generated, batch)
+    rows = [_row(ex, index, i, prepared.columns[i], generated, pairs, scores[i]) for i, ex in enumerate(batch)]
     return rows, timings
 
 
-def score_batch(metrics, generate: bool, generations, batch, timings: dict) -> list[dict]:
-    """Generation metrics against each example's reference (none for pair-only data), timed."""
-    start = time.perf_counter()
-    scores = score_generations(metrics, generations, [ex.reference for ex in batch]) if generate \
-        else [{} for _ in batch]
-    timings["metrics_s"] = time.perf_counter() - start
-    return scores
+def generation_scores(metrics: list, generate: bool, generated: Generated | None, batch) -> list[dict]:
+    """Each generation against its example's reference (none for pair-only data; known ones are reused)."""
+    if not generate or generated is None:
+        return [{} for _ in batch]
+    if generated.scores is not None:
+        return generated.scores
+    return score_generations(metrics, generated.texts, [ex.reference for ex in batch])
+
+
+def _row(ex: Example, index: int, i: int, prepared_columns: dict, generated: Generated | None, pairs: PairScores,
+         scores: dict) -> dict:
+    row = {"id": ex.id, "user": ex.comparison.user, "batch": index, "prompt": ex.comparison.prompt,
+           "reference": ex.reference, "generation": generated.texts[i] if generated else None, **prepared_columns}
+    for prefix, ranked in (("s", pairs.policy), ("rm", pairs.reward)):
+        if ranked is not None:
+            outcome = pair_outcome(ranked[0][i], ranked[1][i])
+            name = "policy" if prefix == "s" else "rm"
+            row.update({f"{prefix}_chosen": float(ranked[0][i]), f"{prefix}_rejected": float(ranked[1][i]),
+                        f"{name}_correct": outcome["correct"], f"{name}_tie": outcome["tie"]})
+    row.update(pairs.columns[i] if pairs.columns else {})
+    row.update(generated.columns[i] if generated and generated.columns else {})
+    row.update(scores)
+    return row
 
 
 # per-example 0/1 columns -> summary name (×100, macro over users)
@@ -139,32 +125,39 @@ def summarize(rows: list[dict], score_columns: list[str]) -> dict:
     return summary
 
 
-def run_cell(job, store: RunStore, examples: list[Example], settings: dict, evaluate_batch=None,
-             seed_dependent: bool | None = None) -> dict:
-    """Evaluate every batch not yet on disk, then write the cell's metrics.json."""
-    evaluate_batch = evaluate_batch or _evaluate_batch
-    batches = [examples[i : i + job.batch_size] for i in range(0, len(examples), job.batch_size)]
-    cell = job.cell
-    done = store.completed_batches(cell, [[ex.id for ex in b] for b in batches])
+def run_cell(deployment, ctx) -> dict:
+    """Evaluate every batch of the cell not yet on disk, then write its metrics.json."""
+    run, cell = ctx.run, ctx.cell
+    deployment.begin()
+    size = run.config.generation.batch_size
+    batches = [run.examples[i : i + size] for i in range(0, len(run.examples), size)]
+    done = run.store.completed_batches(cell, [[ex.id for ex in b] for b in batches])
     label = f"{cell.decoder} | {cell.policy} | seed {cell.seed}"
     for index, batch in enumerate(tqdm(batches, desc=label, unit="batch", initial=0, leave=False)):
         if index in done:
             continue
-        rows, timings = evaluate_batch(job, batch, index)
-        store.append(cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
-        store.append(cell, "timings.jsonl", [timings])
-    rows = store.read_rows(cell)
-    columns = [c for metric in job.metrics for c in metric.columns] + list(getattr(job, "extra_columns", ()))
-    timings = store.read_jsonl(cell, "timings.jsonl")
-    stage_keys = sorted({k for t in timings for k in t if k.endswith("_s")})
-    stage_seconds = {key: float(np.sum([t.get(key, 0.0) for t in timings])) for key in stage_keys}
-    metrics = {
-        "policy": cell.policy, "decoder": cell.decoder, "decoder_name": settings["decoder_name"],
-        "decoder_index": settings["decoder_index"], "seed": cell.seed,
-        "seed_dependent": job.decoder.seed_dependent if seed_dependent is None else seed_dependent,
-        **summarize(rows, columns),
-        "stage_seconds": stage_seconds, "peak_memory_mib": peak_memory_mib(),
-        "settings": settings,
-    }
-    store.write_metrics(cell, metrics)
+        rows, timings = evaluate_batch(deployment, run.generates, run.metrics, batch, index)
+        run.store.append(cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
+        run.store.append(cell, "timings.jsonl", [timings])
+    rows = run.store.read_rows(cell)
+    metrics = deployment.finish(cell_metrics(deployment, ctx, rows), rows)
+    run.store.write_metrics(cell, metrics)
     return metrics
+
+
+def cell_metrics(deployment, ctx, rows: list[dict]) -> dict:
+    run, planned = ctx.run, ctx.planned
+    columns = [c for metric in run.metrics for c in metric.columns] + list(deployment.extra_columns)
+    timings = run.store.read_jsonl(planned.cell, "timings.jsonl")
+    stage_keys = sorted({k for t in timings for k in t if k.endswith("_s")})
+    properties = deployment.properties
+    return {
+        "policy": planned.cell.policy, "decoder": planned.cell.decoder, "decoder_name": planned.decoder,
+        "decoder_index": planned.decoder_index, "seed": planned.cell.seed,
+        "seed_dependent": properties.seed_dependent, "deployment": {"name": planned.decoder, **properties.as_dict()},
+        **summarize(rows, columns),
+        "stage_seconds": {key: float(np.sum([t.get(key, 0.0) for t in timings])) for key in stage_keys},
+        "peak_memory_mib": peak_memory_mib(),
+        "settings": {"decoder_name": planned.decoder, "decoder_index": planned.decoder_index,
+                     **run.metric_settings(), **deployment.settings()},
+    }

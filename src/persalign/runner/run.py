@@ -1,5 +1,10 @@
 """`persalign run`: every cell of a config, resumable, then the report.
 
+The planner (runner/plan.py) lists the cells; each policy model is loaded
+once; a cell's trained component (reward model or policy-side method) is
+provided once per (method, seed) and reused by every deployment of it; the one
+evaluator (runner/evaluate.py) runs each cell's deployment through the store.
+
     persalign run demo
     persalign run configs/news_category.yaml -o runs/news seeds=[0,1,2]
 """
@@ -7,6 +12,7 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from pathlib import Path
 
 from persalign.config import RunConfig, to_dict
@@ -14,36 +20,20 @@ from persalign.config_checks import validate
 from persalign.data.build import build_dataset
 from persalign.data.split import make_split
 from persalign.decoders.base import EvalContext
-from persalign.errors import ConfigError
+from persalign.decoders.best_of_n_samples import SampleStore
+from persalign.metrics.generation import RougeMetric
 from persalign.models.device import resolve_device
 from persalign.models.embedders import load_embedder
 from persalign.models.loading import load_causal_lm
 from persalign.prompts import PromptFormatter
 from persalign.registry import DECODERS, METRICS
 from persalign.runner import provenance
-from persalign.runner.evaluate import CellJob, query_examples, run_cell
+from persalign.runner.context import CellContext, PolicyContext, RunContext
+from persalign.runner.evaluate import query_examples, run_cell
 from persalign.runner.lock import locked
-from persalign.runner.reward_run import RewardBackbones, reward_cells, run_reward_cells
-from persalign.runner.store import Cell, RunStore, check_distinct_dirs
-
-
-def make_decoders(config: RunConfig) -> list:
-    decoders = [DECODERS.get(d.name)(d) for d in config.decoders]
-    labels = [d.label for d in decoders]
-    duplicates = sorted({label for label in labels if labels.count(label) > 1})
-    if duplicates:
-        raise ConfigError(f"decoders: labels must be unique, repeated: {duplicates} (set `label`)")
-    return decoders
-
-
-def planned_cells(config: RunConfig, decoders: list) -> list[tuple[Cell, object, object]]:
-    """Every (cell, decoder, decoder config); seed-free decoders run once (first seed)."""
-    cells = []
-    for policy in config.policies:
-        for decoder, decoder_config in zip(decoders, config.decoders):
-            seeds = config.seeds if decoder.seed_dependent else config.seeds[:1]
-            cells += [(Cell(policy, decoder.label, seed), decoder, decoder_config) for seed in seeds]
-    return cells
+from persalign.runner.plan import PlannedCell, plan
+from persalign.runner.store import RunStore, check_distinct_dirs
+from persalign.runner.trained import RewardBackbones, trained_policy_method, trained_reward
 
 
 class Progress:
@@ -72,48 +62,73 @@ def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
 def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
     started = time.perf_counter()
     store = RunStore(out_dir)
-    device = str(resolve_device(config.device))
-    store.prepare(to_dict(config), provenance.collect(device, config.seeds))
-    decoders = make_decoders(config)
-    cells = planned_cells(config, decoders)
-    method_cells = reward_cells(config)
-    check_distinct_dirs([c[0] for c in cells] + method_cells)
-    todo = [c for c in cells if not store.is_complete(c[0])]
-    method_todo = [c for c in method_cells if not store.is_complete(c)]
-    total = len(cells) + len(method_cells)
-    log(f"run dir {store.root}: {total} cells, {total - len(todo) - len(method_todo)} already complete")
-    if not todo and not method_todo:
+    store.prepare(to_dict(config), provenance.collect(str(resolve_device(config.device)), config.seeds))
+    cells = plan(config)
+    check_distinct_dirs([p.cell for p in cells])
+    todo = [p for p in cells if not store.is_complete(p.cell)]
+    log(f"run dir {store.root}: {len(cells)} cells, {len(cells) - len(todo)} already complete")
+    if not todo:
         return store
-    progress = Progress(total, total - len(todo) - len(method_todo), log)
+    run_ctx = _run_context(config, store, log)
+    progress = Progress(len(cells), len(cells) - len(todo), log)
+    providers = _providers(config, store)
+    for policy in config.policies:
+        policy_todo = [p for p in todo if p.cell.policy == policy]
+        if policy_todo:
+            policy_ctx = _policy_context(run_ctx, policy)
+            uses = Counter(_need_key(p) for p in policy_todo if p.needs)
+            for planned in policy_todo:
+                _run_planned(planned, policy_ctx, providers, progress)
+                if planned.needs:  # free a trained component (a LoRA copy of a model) after its last cell
+                    uses[_need_key(planned)] -= 1
+                    if not uses[_need_key(planned)]:
+                        policy_ctx.trained.pop(_need_key(planned), None)
+    log(f"finished in {time.perf_counter() - started:.0f} s, peak memory {provenance.peak_memory_mib():.0f} MiB")
+    return store
 
+
+def _run_context(config: RunConfig, store: RunStore, log) -> RunContext:
     embedder = load_embedder(config.data.embedder, config.cache_dir)
     dataset = build_dataset(config.data, lambda: embedder, config.split)
     split = make_split(dataset, config.split)
     examples = query_examples(dataset, split)
     log(f"data {dataset.name}: {len(dataset.users())} users, {len(dataset.comparisons)} pairs; "
         f"{len(split.adapt_users)} adaptation users, {len(examples)} query examples")
-    context = EvalContext(dataset, split, embedder)
     metrics = [METRICS.get(name)(config.metrics, config.cache_dir) for name in config.metrics.names]
-    metric_settings = {k: v for m in metrics for k, v in m.settings().items()}
+    rouge = next((m for m in metrics if isinstance(m, RougeMetric)), None) or RougeMetric(config.metrics)
+    return RunContext(config, store, dataset, split, examples, EvalContext(dataset, split, embedder), metrics,
+                      rouge, log)
 
+
+def _policy_context(run_ctx: RunContext, policy: str) -> PolicyContext:
+    config = run_ctx.config
+    lm = load_causal_lm(policy, config.device, config.dtype, config.cache_dir)
+    formatter = PromptFormatter(lm.tokenizer, run_ctx.dataset.task, config.generation.max_prompt_tokens)
+    samples = SampleStore(run_ctx.store.root, lm, formatter, run_ctx.metrics, config.best_of_n,
+                          config.generation.max_new_tokens)
+    return PolicyContext(run_ctx, lm, formatter, samples)
+
+
+def _providers(config: RunConfig, store: RunStore) -> dict:
+    """What each kind of need is met by: a function of the cell context, cached per (method, seed)."""
     backbones = RewardBackbones(config, store)
-    for policy in config.policies:
-        policy_cells = [c for c in todo if c[0].policy == policy]
-        if not policy_cells and not any(c.policy == policy for c in method_todo):
-            continue
-        lm = load_causal_lm(policy, config.device, config.dtype, config.cache_dir)
-        formatter = PromptFormatter(lm.tokenizer, dataset.task, config.generation.max_prompt_tokens)
-        for index, (cell, decoder, decoder_config) in enumerate(policy_cells, 1):
-            job = CellJob(cell, decoder, lm, formatter, context, metrics,
-                          config.generation.batch_size, config.generation.max_new_tokens, bool(dataset.completions))
-            settings = {"decoder_name": decoder_config.name, "shots": decoder_config.shots,
-                        "decoder_index": config.decoders.index(decoder_config), **metric_settings}
-            result = run_cell(job, store, examples, settings)
-            log(f"[{index}/{len(policy_cells)}] {cell.decoder} | {policy} | seed {cell.seed}: "
-                f"policy acc {result['policy_accuracy']:.2f}, ROUGE-1 {result.get('rouge1', float('nan')):.2f}")
-            progress.tick(cell.decoder)
-        if config.methods:
-            run_reward_cells(config, store, dataset, split, examples, lm, formatter, metrics, backbones,
-                             len(config.decoders), log, progress)
-    log(f"finished in {time.perf_counter() - started:.0f} s, peak memory {provenance.peak_memory_mib():.0f} MiB")
-    return store
+    return {"reward_model": lambda ctx: trained_reward(ctx, backbones), "policy_method": trained_policy_method}
+
+
+def _need_key(planned: PlannedCell) -> tuple:
+    return planned.needs, planned.method_label, planned.cell.seed
+
+
+def _run_planned(planned: PlannedCell, policy_ctx: PolicyContext, providers: dict, progress: Progress) -> dict:
+    ctx = CellContext(policy_ctx, planned)
+    if planned.needs:
+        key = _need_key(planned)
+        if key not in policy_ctx.trained:
+            policy_ctx.trained[key] = providers[planned.needs](ctx)
+        ctx.trained = policy_ctx.trained[key]
+    deployment = DECODERS.get(planned.decoder)(ctx)
+    result = run_cell(deployment, ctx)
+    cell = planned.cell
+    policy_ctx.run.log(f"{cell.decoder} | {cell.policy} | seed {cell.seed}: {deployment.summary_line(result)}")
+    progress.tick(cell.decoder)
+    return result

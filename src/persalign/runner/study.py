@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 from persalign.config import load_config
+from persalign.report.html import build_html_report
+from persalign.report.markdown import build_report
+from persalign.runner.run import run
 
 QUICK_OVERRIDES = [
     "seeds=[0]", "split.max_query_per_user=3", "reward.epochs=10",
@@ -33,10 +36,6 @@ QUICK_OVERRIDES = [
 def run_study(configs: list[str], overrides: list[str], out_dir: str | None = None, quick: bool = False,
               log=print) -> list[Path]:
     """Run every config of the study, then write each run's report.md / report.html and an index."""
-    from persalign.report import build_report
-    from persalign.report_html import build_html_report
-    from persalign.runner.run import run
-
     loaded = [load_config(c, (QUICK_OVERRIDES if quick else []) + list(overrides)) for c in configs]
     root = Path(out_dir or f"runs/study-{loaded[0].name}{'-quick' if quick else ''}")
     started = time.perf_counter()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from persalign.analysis.study import BEST_OF_N, GENERATION_METRICS, REWARD_DEPLOYMENTS, PolicyAnalysis
+from persalign.analysis.study import GENERATION_METRICS, PolicyAnalysis
 
 SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
 
@@ -39,7 +39,7 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _reward_labels(analyses: list[PolicyAnalysis]) -> list[str]:
-    return list(dict.fromkeys(m.label for a in analyses for m in a.methods if m.kind in REWARD_DEPLOYMENTS))
+    return list(dict.fromkeys(m.label for a in analyses for m in a.methods if m.decodes_with_learnt_part))
 
 
 def table2(analyses: list[PolicyAnalysis]) -> str:
@@ -57,7 +57,7 @@ def table2(analyses: list[PolicyAnalysis]) -> str:
 
 def table4(analysis: PolicyAnalysis) -> str:
     """Ranking accuracy of RMs and adapted policies, methods as columns (ICL: policy accuracy only)."""
-    methods = [m for m in analysis.methods if m.kind in REWARD_DEPLOYMENTS + ("icl", "icl_rag")]
+    methods = [m for m in analysis.methods if m.decodes_with_learnt_part or m.uses_demonstrations]
     header = ["Acc"] + [m.label for m in methods]
     rows = [[name] + [with_ci(analysis.cis.get(m.label, {}).get(metric)) for m in methods]
             for name, metric in (("RM", "rm_accuracy"), ("Policy", "policy_accuracy"))]
@@ -142,7 +142,7 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
                                f"{title}: {diff['mean']:+.2f} [CI {diff['low']:+.2f}, {diff['high']:+.2f}]; "
                                f"{_interval_words(diff['low'], diff['high'])}.")
         wins = [(m.label, m.mean("win_rate"), m.mean("rouge1_gain")) for m in a.methods
-                if m.kind in REWARD_DEPLOYMENTS and m.user_means.get("win_rate")]
+                if m.decodes_with_learnt_part and m.user_means.get("win_rate")]
         if wins:
             label, win, gain = max(wins, key=lambda w: w[1])
             out.append(f"{a.policy}: the highest own-RM win rate over zero-shot is {label}'s {win:.1f}%, "
@@ -152,7 +152,7 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
 
 def best_of_n_table(analysis: PolicyAnalysis, curves: dict[str, dict]) -> str:
     """Quality vs N per method (from the cells' stored curves) and RM accuracy vs Best-of-N quality."""
-    methods = [m for m in analysis.methods if m.kind == BEST_OF_N]
+    methods = [m for m in analysis.methods if m.reranks_samples]
     ns = sorted({int(n) for label in curves for c in curves[label].values() for n in c})
     header = ["Method", "RM Acc"] + [f"ROUGE-1 @N={n}" for n in ns] + [f"RM score @N={n}" for n in ns]
     rows = []
@@ -173,12 +173,12 @@ def best_of_n_table(analysis: PolicyAnalysis, curves: dict[str, dict]) -> str:
 def study_sections(analyses: list[PolicyAnalysis], curves: dict[str, dict[str, dict]] | None = None) -> list[str]:
     parts = []
     for a in analyses:
-        if any(m.kind == BEST_OF_N for m in a.methods):
+        if any(m.reranks_samples for m in a.methods):
             parts += ["", f"## Best-of-N: quality vs N and RM accuracy vs Best-of-N quality ({a.policy})", "",
                       "Curves are means over users (over seeds); without user references only the RM-score "
                       "curve exists. The same N_max samples serve every method (nested N).", "",
                       best_of_n_table(a, (curves or {}).get(a.policy, {}))]
-    if not any(m.kind in REWARD_DEPLOYMENTS for a in analyses for m in a.methods):
+    if not any(m.decodes_with_learnt_part for a in analyses for m in a.methods):
         return parts
     parts += ["", "## Table 2: RM accuracy vs policy accuracy (95% CI over users; correlations across methods)", "",
              table2(analyses)]

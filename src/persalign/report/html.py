@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from persalign.analysis.correlations import correlate_all  # noqa: E402
-from persalign.report import build_report, results_frame  # noqa: E402
+from persalign.report.markdown import build_report, results_frame  # noqa: E402
 from persalign.runner.store import RunStore  # noqa: E402
 
 
@@ -94,13 +94,13 @@ def figure_generation(frame: pd.DataFrame) -> str | None:
     metrics = [m for m in ("rouge1", "rougeL", "bertscore_f1") if m in frame and frame[m].notna().any()]
     if not metrics:
         return None
-    kinds = {row["decoder"]: (row["settings"] or {}).get("decoder_name", "") for _, row in frame.iterrows()}
+    kinds = {row["decoder"]: prompting(row["properties"]) for _, row in frame.iterrows()}
     means = frame.groupby(["decoder", "policy"], sort=False)[metrics].mean().reset_index()
     labels = [label for label in dict.fromkeys(frame.sort_values("decoder_index")["decoder"])
               if means.loc[means["decoder"] == label, metrics].notna().any().any()]
     policies = list(dict.fromkeys(frame["policy"]))
     markers = "osD^v<>P*X"
-    colours = {"icl": "tab:orange", "icl_rag": "tab:red", "zero_shot": "tab:gray"}
+    colours = {"random": "tab:orange", "retrieved": "tab:red", "reference": "tab:gray"}
     fig, axes = plt.subplots(1, len(metrics), figsize=(4.5 * len(metrics), 0.35 * len(labels) + 1.5),
                              squeeze=False, sharey=True)
     for ax, metric in zip(axes[0], metrics):
@@ -120,21 +120,30 @@ def figure_generation(frame: pd.DataFrame) -> str | None:
     return _png(fig)
 
 
+def prompting(properties: dict) -> str | None:
+    """How a reward-free deployment prompts the policy: the reference (no demos), random or retrieved demos."""
+    if properties.get("reference_baseline"):
+        return "reference"
+    if properties.get("uses_demonstrations"):
+        return "retrieved" if properties.get("retrieves_demonstrations") else "random"
+    return None
+
+
 def figure_shots(frame: pd.DataFrame) -> str | None:
     if "rouge1" not in frame:
         return None
     shots = frame.assign(shots=[s.get("shots", 0) for s in frame["settings"]],
-                         kind=[s.get("decoder_name") for s in frame["settings"]])
-    shots = shots[shots["kind"].isin(["zero_shot", "icl", "icl_rag"])]
+                         kind=[prompting(p) for p in frame["properties"]])
+    shots = shots[shots["kind"].notna()]
     if shots["shots"].nunique() < 2:
         return None
     fig, ax = plt.subplots(figsize=(5, 4))
     for (policy, kind), rows in shots.groupby(["policy", "kind"]):
-        if kind == "zero_shot":
+        if kind == "reference":
             continue
-        points = pd.concat([rows, shots[(shots["policy"] == policy) & (shots["kind"] == "zero_shot")]])
+        points = pd.concat([rows, shots[(shots["policy"] == policy) & (shots["kind"] == "reference")]])
         curve = points.groupby("shots")["rouge1"].mean()
-        ax.plot(curve.index, curve.values, "-o", label=f"{'RAG' if kind == 'icl_rag' else 'random'} | {policy}")
+        ax.plot(curve.index, curve.values, "-o", label=f"{'RAG' if kind == 'retrieved' else 'random'} | {policy}")
     ax.set_xlabel("demonstrations")
     ax.set_ylabel("ROUGE-1")
     ax.legend(fontsize=7)

@@ -12,7 +12,8 @@ import numpy as np
 import pandas as pd
 
 from persalign.analysis.study import analyse
-from persalign.report_study import study_sections
+from persalign.decoders.base import properties_of
+from persalign.report.study_sections import study_sections
 from persalign.runner.store import RunStore
 
 # (metric key in metrics.json, column title)
@@ -37,7 +38,7 @@ def results_frame(store: RunStore) -> pd.DataFrame:
     records = store.all_metrics()
     if not records:
         return pd.DataFrame()
-    return pd.DataFrame(records)
+    return pd.DataFrame(records).assign(properties=[properties_of(r) for r in records])
 
 
 def metric_settings(frame: pd.DataFrame) -> dict:

@@ -1,0 +1,111 @@
+"""ARGS deployment of a trained reward model (paper Eq. 1; policy accuracy Eq. 5-6; win rate Table 5).
+
+Per cell (method × policy × seed) λ is chosen once (decoders/args_lambda.py,
+appendix F.2) and kept in the cell folder as lambda.json. Per batch of query
+examples: ARGS generation with the user's reward, policy accuracy with
+s_RGD = Σ log π + λ Σ r_t, RM accuracy (Eq. 2), and the win rate of the ARGS
+output over the zero-shot output under the method's own RM.
+
+    persalign run configs/news_category.yaml methods='[{name: global_rm}]'
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_lambda import choose_lambda
+from persalign.decoders.base import DeploymentBase, DeploymentProperties, Generated, PairScores, PreparedBatch
+from persalign.decoding import clean_generation
+from persalign.metrics.ranking import pair_outcome
+from persalign.registry import register_decoder
+from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
+
+
+def plain_prompts(formatter, examples: list) -> PreparedBatch:
+    """The query prompts with no demonstrations (the user is in the reward model, not the prompt)."""
+    prompts = [formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in examples]
+    return PreparedBatch(examples, prompts, [{} for _ in examples])
+
+
+@register_decoder("args")
+class ArgsDeployment(DeploymentBase):
+    """The policy decoded with ARGS under the user's reward; pairs ranked by s_RGD."""
+
+    properties = DeploymentProperties(seed_dependent=True, learns_from_pairs=True, ranks_with_reward_model=True,
+                                      needs="reward_model")
+    index_block = 0  # report order: ARGS rows right after the reward-free deployments
+
+    @staticmethod
+    def label_for_method(method_label: str) -> str:
+        return method_label
+
+    def __init__(self, ctx):
+        self.ctx, self.trained = ctx, ctx.trained
+        self.label = ctx.cell.decoder
+        self.lm, self.formatter = ctx.policy.lm, ctx.policy.formatter
+        self.choice: dict = {}
+
+    def begin(self) -> None:
+        path = self.ctx.run.store.cell_dir(self.ctx.cell) / "lambda.json"
+        if path.exists():
+            self.choice = json.loads(path.read_text())
+            return
+        started = time.perf_counter()
+        self.choice = choose_lambda(self.ctx, self.trained)
+        self.choice["seconds"] = time.perf_counter() - started
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.choice, indent=2))
+
+    @property
+    def lam(self) -> float:
+        return self.choice["lambda"]
+
+    def prepare(self, examples: list) -> PreparedBatch:
+        return plain_prompts(self.formatter, examples)
+
+    def generate(self, batch: PreparedBatch) -> Generated:
+        config = self.ctx.run.config
+        guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users)
+        ids = args_decode(self.lm, guide, batch.prompts, self.lam, config.args.top_k, config.generation.max_new_tokens)
+        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids])
+
+    def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
+        users, prompts, n = batch.users, batch.prompts, len(batch.examples)
+        method, backbone = self.trained.method, self.trained.backbone
+        chosen = [self.formatter.response_ids(ex.comparison.chosen) for ex in batch.examples]
+        rejected = [self.formatter.response_ids(ex.comparison.rejected) for ex in batch.examples]
+        batch_size = self.ctx.run.config.generation.batch_size
+        lp = logprob_sums(self.lm, prompts + prompts, chosen + rejected, batch_size, self.ctx.policy.memo)
+        seq, step_sum = reward_sums(method, backbone, users * 2, prompts * 2, chosen + rejected)
+        s = s_rgd(lp, step_sum, self.lam)
+        columns = [{"lambda": self.lam} for _ in range(n)]
+        if generated is not None:
+            self._add_win_rate(batch, generated, columns)
+        return PairScores(policy=(s[:n], s[n:]), reward=(seq[:n], seq[n:]), columns=columns)
+
+    def _add_win_rate(self, batch: PreparedBatch, generated: Generated, columns: list[dict]) -> None:
+        """The RM's own verdict: does it prefer the ARGS output to the zero-shot output on the same prompt?"""
+        zero_shot_outputs = self.ctx.policy.zero_shot_outputs()
+        zero_shot = [zero_shot_outputs[ex.id] for ex in batch.examples]
+        texts = [self.formatter.response_ids(t) for t in generated.texts + zero_shot]
+        n = len(batch.examples)
+        scores, _ = reward_sums(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2, texts)
+        for i in range(n):
+            win = pair_outcome(scores[i], scores[n + i])
+            columns[i].update({"zero_shot_generation": zero_shot[i], "rm_generation": float(scores[i]),
+                               "rm_zero_shot": float(scores[n + i]), "win": win["correct"], "win_tie": win["tie"]})
+
+    def settings(self) -> dict:
+        return {"lambda": self.lam, "lambda_rule": self.choice["rule"], "lambda_s": self.choice.get("seconds", 0.0),
+                "top_k": self.ctx.run.config.args.top_k, **training_settings(self.ctx)}
+
+    def summary_line(self, metrics: dict) -> str:
+        return f"λ={self.lam} ({self.choice['rule']}), " + super().summary_line(metrics)
+
+
+def training_settings(ctx) -> dict:
+    """What every trained deployment records: the method, the reward mode and the training log."""
+    return {"method": ctx.planned.method.name, "reward_mode": ctx.run.config.reward.mode,
+            "training": {k: v for k, v in ctx.trained.log.items() if k != "history"}}

@@ -1,0 +1,112 @@
+"""Choosing the ARGS weight λ (paper appendix F.2).
+
+Reward models trained the same way can converge to rewards of very different
+magnitudes, so λ is chosen per trained model:
+
+- `policy_accuracy` (TL;DR, PRISM): maximise policy accuracy of
+  s_RGD(y|x) = Σ_t log π(y_t|x,y<t) + λ Σ_t r(y_t|x,y<t)   (Eq. 5-6)
+  on the train users' held-out pairs. Vectorised over the whole grid at once.
+- `harmonic` (Pref-LaMP-style data with user completions): maximise the
+  harmonic mean of ROUGE-1, inverse perplexity (coherence) and policy
+  accuracy on a validation set of held-out train-user items, generating with
+  ARGS at each λ.
+
+Ties go to the smallest λ (the least reward-driven choice). The chosen λ,
+the rule and the whole curve are kept in the cell folder as lambda.json.
+
+    persalign run demo methods='[{name: lore}]' args.selection=harmonic args.validation_size=8
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoding import clean_generation
+from persalign.metrics.ranking import outcomes
+from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
+from persalign.rewards.train import PairData, pair_data
+from persalign.scoring import response_logprobs
+
+
+def policy_accuracy_curve(lp_chosen, lp_rejected, r_chosen, r_rejected, lambdas) -> np.ndarray:
+    """Strict policy accuracy (×100) of s_RGD for every λ in the grid (one row per λ)."""
+    lam = np.asarray(lambdas, dtype=float)[:, None]
+    s_w = s_rgd(np.asarray(lp_chosen)[None], np.asarray(r_chosen)[None], lam)
+    s_l = s_rgd(np.asarray(lp_rejected)[None], np.asarray(r_rejected)[None], lam)
+    return 100 * outcomes(s_w, s_l)[0].mean(axis=1)
+
+
+def harmonic_mean(values) -> float:
+    values = np.clip(np.asarray(values, dtype=float), 1e-9, None)
+    return float(len(values) / np.sum(1.0 / values))
+
+
+def best_lambda(lambdas, objective) -> tuple[float, int]:
+    """(λ, index) maximising `objective`; the first (smallest-λ-in-order) wins ties."""
+    order = np.argsort(lambdas, kind="stable")
+    values = np.asarray(objective)[order]
+    index = int(order[int(np.argmax(values))])
+    return float(lambdas[index]), index
+
+
+def validation_pairs(dataset, split, formatter, size: int | None) -> tuple[PairData, list[str]]:
+    """The train users' held-out pairs (every `step`-th when `size` is set) and their ids, in the same order."""
+    val = pair_data(dataset, split.heldout, formatter, split.train_users)
+    ids = [i for user in split.train_users for i in split.heldout.get(user, [])]
+    if size:
+        step = max(1, len(val) // size)
+        keep = list(range(0, len(val), step))[:size]
+        val, ids = val.subset(keep), [ids[i] for i in keep]
+    return val, ids
+
+
+def choose_lambda(ctx, trained) -> dict:
+    """Appendix F.2 for one trained reward model and one policy: {'lambda', 'rule', 'curve'}."""
+    run, policy = ctx.run, ctx.policy
+    args_config, batch_size = run.config.args, run.config.generation.batch_size
+    grid, rule = list(args_config.lambdas), args_config.selection
+    if rule == "auto":
+        rule = "harmonic" if run.generates else "policy_accuracy"
+    if rule == "fixed":
+        return {"lambda": args_config.fixed_lambda, "rule": "fixed", "curve": {}}
+    val, val_ids = validation_pairs(run.dataset, run.split, policy.formatter,
+                                    args_config.validation_size if rule == "harmonic" else None)
+    lp_w = logprob_sums(policy.lm, val.prompts, val.chosen, batch_size, policy.memo)
+    lp_l = logprob_sums(policy.lm, val.prompts, val.rejected, batch_size, policy.memo)
+    _, r_w = reward_sums(trained.method, trained.backbone, val.users, val.prompts, val.chosen)
+    _, r_l = reward_sums(trained.method, trained.backbone, val.users, val.prompts, val.rejected)
+    accuracy = policy_accuracy_curve(lp_w, lp_l, r_w, r_l, grid)
+    curve = {"lambda": grid, "policy_accuracy": accuracy.tolist()}
+    if rule == "harmonic":
+        completions = run.dataset.completion_by_id()
+        references = [completions[i].reference for i in val_ids]  # each pair's own reference
+        curve.update(harmonic_curve(ctx, trained, val, references, accuracy))
+        objective = curve["harmonic"]
+    else:
+        objective = accuracy
+    lam, _ = best_lambda(grid, objective)
+    return {"lambda": lam, "rule": rule, "curve": curve}
+
+
+def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy) -> dict:
+    """ARGS on the validation prompts at each λ: ROUGE-1, inverse perplexity and their harmonic mean with accuracy."""
+    config, policy = ctx.run.config, ctx.policy
+    batch_size = config.generation.batch_size
+    out = {"rouge1": [], "inverse_perplexity": [], "harmonic": []}
+    for lam, acc in tqdm(list(zip(config.args.lambdas, accuracy)), desc="choosing λ (ARGS on validation)",
+                         leave=False):
+        rows = []
+        for start in range(0, len(val), batch_size):
+            guide = RewardGuide(trained.backbone.lm, trained.method, val.users[start : start + batch_size])
+            rows += args_decode(policy.lm, guide, val.prompts[start : start + batch_size], lam,
+                                config.args.top_k, config.generation.max_new_tokens)
+        texts = [clean_generation(policy.lm.tokenizer, ids) for ids in rows]
+        r1 = float(np.mean([s["rouge1"] for s in ctx.run.rouge.score(texts, references)]) / 100)
+        lps = response_logprobs(policy.lm, val.prompts, [policy.formatter.response_ids(t) for t in texts], batch_size)
+        inv_ppl = float(np.mean([np.exp(lp.mean()) if len(lp) else 0.0 for lp in lps]))
+        out["rouge1"].append(r1)
+        out["inverse_perplexity"].append(inv_ppl)
+        out["harmonic"].append(harmonic_mean([r1, inv_ppl, acc / 100]))
+    return out

@@ -1,0 +1,96 @@
+"""Best-of-N samples (Personalized RewardBench's downstream test): drawn once, shared by every method.
+
+Sample N_max responses per prompt from the policy (temperature sampling,
+seeded), score each with the user's reward model, and for every N in the
+nested set {1, 2, 4, ..., N_max} keep the best of the FIRST N samples: all
+N share one sample set, as the benchmark does, so quality-vs-N curves are
+not confounded by resampling. The samples of each query prompt are drawn
+ONCE per policy × seed (seeded, stored in RUN_DIR/samples/POLICY/seed-N.jsonl
+with their ROUGE / BERTScore against the user's text when there is one) and
+reused by every method.
+
+    python -c "from persalign.decoders.best_of_n_samples import nested_best; print(nested_best([[0.1, 0.9, 0.3, 0.5]], [1, 2, 4]))"
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+
+import torch
+
+from persalign.decoding import clean_generation, decode
+from persalign.metrics.generation import score_generations
+
+
+def sampler(seed: int, key: str, temperature: float = 1.0):
+    """A chooser that samples from softmax(logprobs / T) with a generator fixed by (seed, key)."""
+    digest = int(hashlib.sha1(key.encode("utf-8")).hexdigest()[:12], 16)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + digest)
+
+    def choose(logprobs: torch.Tensor, step: int) -> torch.Tensor:
+        probs = torch.softmax(logprobs.float().cpu() / max(temperature, 1e-6), dim=-1)
+        return torch.multinomial(probs, 1, generator=generator).squeeze(1).to(logprobs.device)
+
+    return choose
+
+
+def sample_responses(policy, prompts: list[list[int]], n: int, max_new_tokens: int, seed: int, key: str,
+                     temperature: float = 1.0) -> list[list[str]]:
+    """n samples per prompt (prompt-major), from one seeded batch."""
+    repeated = [p for p in prompts for _ in range(n)]
+    ids = decode(policy, repeated, sampler(seed, key, temperature), max_new_tokens)
+    texts = [clean_generation(policy.tokenizer, row) for row in ids]
+    return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+def nested_best(scores: list[list[float]], ns: list[int]) -> dict[int, list[int]]:
+    """For each N: the index of the highest-scoring sample among the first N (first index wins ties)."""
+    out = {}
+    for n in ns:
+        out[n] = [int(torch.tensor(row[:n]).argmax()) for row in scores]
+    return out
+
+
+@dataclass
+class SampleStore:
+    """Samples per policy × seed, appended per batch so an interrupted run keeps what it drew."""
+
+    root: object
+    policy: object
+    formatter: object
+    metrics: list
+    bon: object  # BestOfNConfig
+    max_new_tokens: int
+    loaded: dict = field(default_factory=dict)  # seed -> {example id: record}: the file is read once per seed
+
+    def path(self, seed: int):
+        return self.root / "samples" / self.policy.name.replace("/", "_") / f"seed-{seed}.jsonl"
+
+    def _known(self, seed: int) -> dict:
+        if seed not in self.loaded:
+            path = self.path(seed)
+            lines = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.exists() else []
+            records = [json.loads(line) for line in lines if line.endswith("\n")]  # a torn last line is redrawn
+            self.loaded[seed] = {record["id"]: record for record in records}
+        return self.loaded[seed]
+
+    def get(self, batch, seed: int) -> list[dict]:
+        known = self._known(seed)
+        missing = [ex for ex in batch if ex.id not in known]
+        if missing:
+            prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in missing]
+            n = max(self.bon.ns)
+            texts = sample_responses(self.policy, prompts, n, self.max_new_tokens, seed, key=missing[0].id,
+                                     temperature=self.bon.temperature)
+            path = self.path(seed)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with path.open("a", encoding="utf-8") as handle:
+                for ex, samples in zip(missing, texts):
+                    reference = ex.completion.reference if ex.completion else None
+                    scores = score_generations(self.metrics, samples, [reference] * n) if reference else [{}] * n
+                    record = {"id": ex.id, "samples": samples, "scores": scores}
+                    known[ex.id] = record
+                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        return [known[ex.id] for ex in batch]

@@ -1,0 +1,62 @@
+"""Reward-free deployments: the policy, prompted (with or without the user's demonstrations), greedy.
+
+Shared by zero-shot (Eq. 4, s_base) and ICL / ICL-RAG (Eq. 7, s_ICL): the
+prompt holds the decoder's demonstrations, one forward over the prompts (a
+prefill) serves both greedy generation and the scoring of the chosen and
+rejected responses, and a pair is ranked by the mean log-likelihood of each
+response given that same prompt.
+
+    persalign run demo decoders='[{name: zero_shot}, {name: icl, shots: 4}]'
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from persalign.decoders.base import DeploymentBase, Generated, PairScores, PreparedBatch
+from persalign.decoding import clean_generation, decode_from, greedy, prefill
+from persalign.records import UserItem
+from persalign.scoring import logprobs_from_prefill, mean_logprob
+
+
+class PromptedDeployment(DeploymentBase):
+    """Subclasses choose the demonstrations (`demos`); everything else is shared."""
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.config = ctx.planned.decoder_config
+        self.label = ctx.cell.decoder
+        self.lm, self.formatter = ctx.policy.lm, ctx.policy.formatter
+
+    @classmethod
+    def check(cls, config) -> None:
+        return None
+
+    def demos(self, example) -> list[UserItem]:
+        return []
+
+    def prepare(self, examples: list) -> PreparedBatch:
+        demos = [self.demos(ex) for ex in examples]
+        prompts = [self.formatter.prompt_ids(ex.comparison.prompt, d, ex.comparison.history)
+                   for ex, d in zip(examples, demos)]
+        columns = [{"demo_ids": [d.id for d in ds], "prompt_tokens": len(p)} for ds, p in zip(demos, prompts)]
+        return PreparedBatch(examples, prompts, columns)
+
+    def _prefill(self, batch: PreparedBatch):
+        if batch.state is None:  # one pass over the prompts serves generation and scoring
+            batch.state = prefill(self.lm, batch.prompts)
+        return batch.state
+
+    def generate(self, batch: PreparedBatch) -> Generated:
+        ids = decode_from(self.lm, self._prefill(batch), greedy, self.ctx.run.config.generation.max_new_tokens)
+        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids])
+
+    def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
+        chosen = [self.formatter.response_ids(ex.comparison.chosen) for ex in batch.examples]
+        rejected = [self.formatter.response_ids(ex.comparison.rejected) for ex in batch.examples]
+        chosen_lp, rejected_lp = logprobs_from_prefill(self.lm, self._prefill(batch), [chosen, rejected])
+        return PairScores(policy=(np.array([mean_logprob(lp) for lp in chosen_lp]),
+                                  np.array([mean_logprob(lp) for lp in rejected_lp])))
+
+    def settings(self) -> dict:
+        return {"shots": self.config.shots}

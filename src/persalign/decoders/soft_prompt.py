@@ -1,0 +1,55 @@
+"""Soft-prompt deployment of a policy-side method (P-DPO): generate with the user's learnt soft tokens.
+
+No reward model and no ARGS: the method generates greedily with the user's
+soft tokens and ranks the chosen and rejected responses with its implicit
+reward β[log π_θ − log π_ref] (policy accuracy). Its rows carry no RM
+accuracy or win rate, so the report shows "-" there.
+
+    persalign run demo methods='[{name: pdpo}]'
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from persalign.decoders.args import plain_prompts, training_settings
+from persalign.decoders.base import DeploymentBase, DeploymentProperties, Generated, PairScores, PreparedBatch
+from persalign.decoding import clean_generation
+from persalign.registry import register_decoder
+
+
+@register_decoder("soft_prompt")
+class SoftPromptDeployment(DeploymentBase):
+    """The policy with the user's soft tokens; pairs ranked by the method's implicit reward."""
+
+    properties = DeploymentProperties(seed_dependent=True, learns_from_pairs=True, needs="policy_method")
+    index_block = 0
+
+    @staticmethod
+    def label_for_method(method_label: str) -> str:
+        return method_label
+
+    def __init__(self, ctx):
+        self.ctx, self.trained = ctx, ctx.trained
+        self.label = ctx.cell.decoder
+        self.formatter = ctx.policy.formatter
+
+    def prepare(self, examples: list) -> PreparedBatch:
+        return plain_prompts(self.formatter, examples)
+
+    def generate(self, batch: PreparedBatch) -> Generated:
+        lm = self.trained.lm
+        ids = self.trained.method.generate(lm, batch.users, batch.prompts, self.ctx.run.config.generation.max_new_tokens)
+        return Generated([clean_generation(lm.tokenizer, row) for row in ids])
+
+    def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
+        n = len(batch.examples)
+        chosen = [self.formatter.response_ids(ex.comparison.chosen) for ex in batch.examples]
+        rejected = [self.formatter.response_ids(ex.comparison.rejected) for ex in batch.examples]
+        implicit = np.asarray(self.trained.method.implicit_rewards(
+            self.trained.lm, batch.users * 2, batch.prompts * 2, chosen + rejected,
+            self.ctx.run.config.generation.batch_size))
+        return PairScores(policy=(implicit[:n], implicit[n:]))
+
+    def settings(self) -> dict:
+        return training_settings(self.ctx)

@@ -1,0 +1,94 @@
+"""The typed run context: what a cell's deployment can read, in three layers.
+
+RunContext (one per run: config, store, data, split, query examples, metrics),
+PolicyContext (one per policy model: the model, its prompt formatter, the
+log-prob memo, the Best-of-N sample set, the zero-shot outputs the win rate
+compares with, trained components reused by every deployment of the policy),
+CellContext (one per cell: the planned cell and the trained component it
+needs). These replace long parameter lists and an untyped shared dict.
+
+    python -c "from persalign.runner.context import RunContext; help(RunContext)"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from persalign.config import RunConfig
+from persalign.decoders.base import EvalContext, properties_of
+from persalign.decoding import generate_texts
+from persalign.runner.plan import PlannedCell
+from persalign.runner.store import Cell, RunStore
+
+
+@dataclass
+class RunContext:
+    config: RunConfig
+    store: RunStore
+    dataset: object  # PreferenceDataset
+    split: object  # UserSplit
+    examples: list  # runner.evaluate.Example: the adaptation users' query items
+    eval_context: EvalContext
+    metrics: list  # generation metrics (objects with .score, .columns, .settings)
+    rouge: object  # the ROUGE metric the λ rule needs, even where ROUGE is not reported
+    log: Callable[[str], None] = print
+
+    @property
+    def generates(self) -> bool:
+        """Only data with the users' own outputs has a reference to score a generation against."""
+        return bool(self.dataset.completions)
+
+    def metric_settings(self) -> dict:
+        return {k: v for m in self.metrics for k, v in m.settings().items()}
+
+
+@dataclass
+class PolicyContext:
+    run: RunContext
+    lm: object  # LoadedLM of the policy
+    formatter: object  # PromptFormatter of the policy's tokenizer
+    samples: object = None  # decoders.best_of_n_samples.SampleStore, when Best-of-N is on
+    memo: dict = field(default_factory=dict)  # policy log-prob sums shared by every cell of this policy
+    trained: dict = field(default_factory=dict)  # (method label, seed) -> trained component
+    _zero_shot: dict | None = None
+
+    def zero_shot_outputs(self) -> dict[str, str]:
+        """Zero-shot outputs for the win rate: the run's Zero-Shot cell where it has them, else generated."""
+        if self._zero_shot is None:
+            self._zero_shot = self._stored_zero_shot()
+            missing = [ex for ex in self.run.examples if ex.id not in self._zero_shot]
+            size, max_new = self.run.config.generation.batch_size, self.run.config.generation.max_new_tokens
+            for start in range(0, len(missing), size):
+                batch = missing[start : start + size]
+                prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history)
+                           for ex in batch]
+                self._zero_shot.update(zip([ex.id for ex in batch], generate_texts(self.lm, prompts, max_new)))
+        return self._zero_shot
+
+    def _stored_zero_shot(self) -> dict[str, str]:
+        store, found = self.run.store, {}
+        for meta in store.all_metrics():  # through the store's API: damaged cells are skipped there
+            if meta["policy"] == self.lm.name and properties_of(meta).get("reference_baseline"):
+                cell = Cell(meta["policy"], meta["decoder"], meta["seed"])
+                found.update({row["id"]: row["generation"] for row in store.read_rows(cell)})
+        return found
+
+
+@dataclass
+class CellContext:
+    policy: PolicyContext
+    planned: PlannedCell
+    trained: object = None  # runner.trained.TrainedReward / TrainedPolicyMethod, as the cell's `needs` says
+
+    @property
+    def run(self) -> RunContext:
+        return self.policy.run
+
+    @property
+    def cell(self) -> Cell:
+        return self.planned.cell
+
+    @property
+    def seed(self) -> int:
+        return self.planned.cell.seed

@@ -1,0 +1,96 @@
+"""The cell planner: every (deployment × method × policy × seed) cell of a config, and what each needs.
+
+A cell is one deployment of one policy for one seed; reward-free deployments
+(zero-shot, ICL, ICL-RAG) come from `config.decoders`, the others from
+`config.methods`: each method declares the deployments it can have
+(`deployments`: ARGS and Best-of-N for a reward model, soft-prompt generation
+for a policy-side method) and the config switches ARGS and Best-of-N on or
+off. Seed-free deployments run once (first seed). What a cell needs (nothing,
+a trained reward model, a trained policy-side method) is the decoder's
+declared `properties.needs`; `decoder_index` orders rows in the reports.
+
+    python -c "from persalign.config import load_config; from persalign.runner.plan import plan; \
+print(*[p.cell for p in plan(load_config('demo'))], sep='\\n')"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from persalign.config import DecoderConfig, MethodConfig, RunConfig
+from persalign.errors import ConfigError
+from persalign.registry import DECODERS, METHODS
+from persalign.runner.store import Cell
+
+
+@dataclass(frozen=True)
+class PlannedCell:
+    cell: Cell
+    decoder: str  # the registered decoder (deployment) name
+    decoder_index: int  # the report's row order
+    decoder_config: DecoderConfig | None = None  # reward-free deployments
+    method: MethodConfig | None = None  # deployments of a trained method
+    method_label: str | None = None
+
+    @property
+    def properties(self):
+        return DECODERS.get(self.decoder).properties
+
+    @property
+    def needs(self) -> str | None:
+        return self.properties.needs
+
+
+def _unique(labels: list[str], what: str) -> None:
+    repeated = sorted({label for label in labels if labels.count(label) > 1})
+    if repeated:
+        raise ConfigError(f"{what}: labels must be unique, repeated: {repeated} (set `label`)")
+
+
+def method_labels(config: RunConfig) -> list[str]:
+    labels = [m.label or METHODS.get(m.name).display for m in config.methods]
+    _unique(labels, "methods")
+    return labels
+
+
+def enabled_deployments(config: RunConfig) -> dict[str, bool]:
+    """Which method deployments the config switches on (soft-prompt generation has no switch)."""
+    return {"args": config.args.enabled, "best_of_n": config.best_of_n.enabled, "soft_prompt": True}
+
+
+def _seeds(config: RunConfig, decoder_cls) -> list[int]:
+    return config.seeds if decoder_cls.properties.seed_dependent else config.seeds[:1]
+
+
+def baseline_cells(config: RunConfig, policy: str) -> list[PlannedCell]:
+    classes = [DECODERS.get(d.name) for d in config.decoders]
+    for decoder_config, decoder_cls in zip(config.decoders, classes):
+        if decoder_cls.properties.needs:
+            raise ConfigError(f"decoders: {decoder_config.name!r} deploys a trained method; list the method under "
+                              "`methods` (args.enabled / best_of_n.enabled switch its deployments)")
+        decoder_cls.check(decoder_config)
+    labels = [d.label or cls.default_label(d) for d, cls in zip(config.decoders, classes)]
+    _unique(labels, "decoders")
+    return [PlannedCell(Cell(policy, label, seed), decoder_config.name, index, decoder_config=decoder_config)
+            for index, (decoder_config, decoder_cls, label) in enumerate(zip(config.decoders, classes, labels))
+            for seed in _seeds(config, decoder_cls)]
+
+
+def method_cells(config: RunConfig, policy: str) -> list[PlannedCell]:
+    """Per method and seed, its enabled deployments in the order they run (ARGS before Best-of-N)."""
+    enabled, count = enabled_deployments(config), len(config.decoders)
+    cells = []
+    for index, (method, label) in enumerate(zip(config.methods, method_labels(config))):
+        names = [n for n in METHODS.get(method.name).deployments if enabled[n]]
+        for seed in config.seeds:
+            for name in names:
+                decoder_cls = DECODERS.get(name)
+                order = count + decoder_cls.index_block * len(config.methods) + index
+                cells.append(PlannedCell(Cell(policy, decoder_cls.label_for_method(label), seed), name, order,
+                                         method=method, method_label=label))
+    return cells
+
+
+def plan(config: RunConfig) -> list[PlannedCell]:
+    """Every cell, policy by policy: the reward-free deployments first, then each method's."""
+    return [p for policy in config.policies for p in baseline_cells(config, policy) + method_cells(config, policy)]

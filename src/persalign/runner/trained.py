@@ -1,0 +1,163 @@
+"""What a cell needs before it can run: a trained reward model or a trained policy-side method.
+
+For each (method, seed): fit on the train users' pairs (held-out pairs for
+early stopping), adapt every adaptation user on their support pairs, save the
+result in RUN_DIR/models/METHOD/seed-N (safetensors, with train_log.json); a
+re-run or another deployment of the same method loads it instead of training
+again. Reward backbones are loaded once; frozen backbone features are cached
+on disk by a fingerprint of the weights and the token ids.
+
+    persalign run configs/news_category.yaml methods='[{name: lore}]'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from dataclasses import dataclass, field
+
+from persalign.errors import ConfigError
+from persalign.models.aliases import default_cache_dir
+from persalign.models.loading import load_causal_lm
+from persalign.prompts import PromptFormatter
+from persalign.registry import METHODS
+from persalign.rewards.backbone import RewardBackbone, weights_fingerprint
+from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
+from persalign.rewards.method import precompute_features, resolve_settings
+from persalign.rewards.train import pair_data
+
+VALIDATION_PAIRS = 64  # policy-side methods: held-out pairs scored after fitting (logged, not used to stop)
+
+
+@dataclass
+class TrainedReward:
+    method: object  # RewardMethod, adapted to every adaptation user
+    backbone: RewardBackbone
+    log: dict = field(default_factory=dict)
+
+
+@dataclass
+class TrainedPolicyMethod:
+    method: object  # a policy-side method (P-DPO)
+    lm: object  # the policy it trained (with its LoRA adapter in reward.mode=lora)
+    log: dict = field(default_factory=dict)
+
+
+def model_dir(store, method_label: str, seed: int):
+    return store.root / "models" / _slug(method_label) / f"seed-{seed}"
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+
+
+def fit_and_adapt(method, where, train, val, dataset, split, formatter) -> tuple[object, dict]:
+    """Fit on the train users, adapt every adaptation user on its support pairs; (fit log, timing + log info).
+
+    `where` is the reward backbone (reward heads) or the policy itself (policy-side methods).
+    """
+    start = time.perf_counter()
+    fit_log = method.fit(where, train, val)
+    fit_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for user in split.adapt_users:
+        method.adapt(where, user, pair_data(dataset, split.support, formatter, [user]))
+    return fit_log, {"fit_s": fit_s, "adapt_s": time.perf_counter() - start, "epochs": fit_log.epochs,
+                     "steps": fit_log.steps, "best_val_accuracy": fit_log.best_val_accuracy,
+                     "settings": method.settings.__dict__, "history": fit_log.history}
+
+
+class RewardBackbones:
+    """Loads each RM backbone once; frozen + same model as the policy = shared fast path."""
+
+    def __init__(self, config, store):
+        self.config, self.store, self._frozen = config, store, {}
+        if config.reward.mode not in ("frozen", "lora"):
+            raise ConfigError(f"reward.mode must be frozen or lora, got {config.reward.mode!r}")
+
+    def get(self, policy_lm, method_label: str, seed: int, task) -> tuple[RewardBackbone, PromptFormatter]:
+        cfg = self.config
+        name = cfg.reward.backbone or cfg.policies[0]
+        slug = re.sub(r"[^\w.-]+", "_", name)
+        if cfg.reward.mode == "frozen":
+            if name not in self._frozen:
+                lm = policy_lm if name == policy_lm.name else load_causal_lm(name, cfg.device, cfg.dtype, cfg.cache_dir)
+                key = f"{slug}-{weights_fingerprint(lm.model)}"  # token ids in the keys fix the prompt format
+                self._frozen[name] = RewardBackbone(lm, key, default_cache_dir(cfg.cache_dir))
+            backbone = self._frozen[name]
+        else:
+            base = load_causal_lm(name, cfg.device, cfg.dtype, cfg.cache_dir)
+            adapter = model_dir(self.store, method_label, seed) / "adapter"
+            lm = load_adapter(base, adapter) if adapter.exists() else attach_lora(base, cfg.reward.lora_rank,
+                                                                                  cfg.reward.lora_alpha)
+            backbone = RewardBackbone(lm, f"{slug}-lora", trainable=not adapter.exists())
+        backbone.batch_size = cfg.reward.feature_batch_size
+        return backbone, PromptFormatter(backbone.lm.tokenizer, task, cfg.generation.max_prompt_tokens)
+
+
+def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
+    """The cell's reward model: loaded if saved, else fitted and adapted (then saved)."""
+    run, planned = ctx.run, ctx.planned
+    backbone, formatter = backbones.get(ctx.policy.lm, planned.method_label, ctx.seed, run.dataset.task)
+    where = model_dir(run.store, planned.method_label, ctx.seed)
+    method_cls = METHODS.get(planned.method.name)
+    if (where / "head.json").exists():
+        trained = TrainedReward(method_cls.load(where), backbone, json.loads((where / "train_log.json").read_text()))
+    else:
+        settings = resolve_settings(method_cls, planned.method, run.config.reward, ctx.seed)
+        method = method_cls(backbone.hidden_size, settings)
+        train = pair_data(run.dataset, run.split.train, formatter, run.split.train_users)
+        val = pair_data(run.dataset, run.split.heldout, formatter, run.split.train_users)
+        start = time.perf_counter()
+        precompute_features(method, backbone, train, val)
+        features_s = time.perf_counter() - start
+        fit_log, timing = fit_and_adapt(method, backbone, train, val, run.dataset, run.split, formatter)
+        info = {"features_s": features_s, "init": getattr(method, "init_note", None), **timing}
+        _save(method, info, where)
+        run.log(f"trained {planned.method_label} seed {ctx.seed}: {fit_log.epochs} epochs, val acc "
+                f"{fit_log.best_val_accuracy:.2f}, fit {info['fit_s']:.1f}s, adapt {info['adapt_s']:.1f}s")
+        trained = TrainedReward(method.eval(), backbone, info)
+    if backbone.trainable:
+        save_adapter(backbone.lm, where / "adapter")
+        backbone.trainable = False
+    return trained
+
+
+def _save(method, info: dict, where) -> None:
+    method.save(where)
+    (where / "train_log.json").write_text(json.dumps(info, indent=2))
+
+
+def _policy_model(config, policy_lm, where):
+    """The policy the method trains: the frozen policy itself, or a fresh copy carrying a LoRA adapter."""
+    if config.reward.mode == "frozen":
+        return policy_lm
+    base = load_causal_lm(policy_lm.name, config.device, config.dtype, config.cache_dir)
+    adapter = where / "adapter"
+    if adapter.exists():
+        return load_adapter(base, adapter)
+    return attach_lora(base, config.reward.lora_rank, config.reward.lora_alpha)
+
+
+def trained_policy_method(ctx) -> TrainedPolicyMethod:
+    """The cell's policy-side method (P-DPO): loaded if saved, else fitted on the policy and adapted."""
+    run, planned = ctx.run, ctx.planned
+    where = model_dir(run.store, planned.method_label, ctx.seed)
+    method_cls = METHODS.get(planned.method.name)
+    lm = _policy_model(run.config, ctx.policy.lm, where)
+    if (where / "head.json").exists():
+        return TrainedPolicyMethod(method_cls.load(where), lm, json.loads((where / "train_log.json").read_text()))
+    settings = resolve_settings(method_cls, planned.method, run.config.reward, ctx.seed)
+    method = method_cls(lm.model.config.hidden_size, settings)
+    formatter = ctx.policy.formatter
+    train = pair_data(run.dataset, run.split.train, formatter, run.split.train_users)
+    val = pair_data(run.dataset, run.split.heldout, formatter, run.split.train_users)
+    val = val.subset(list(range(0, len(val), max(1, len(val) // VALIDATION_PAIRS)))[:VALIDATION_PAIRS])
+    fit_log, info = fit_and_adapt(method, lm, train, val, run.dataset, run.split, formatter)
+    _save(method, info, where)
+    if run.config.reward.mode == "lora":
+        save_adapter(lm, where / "adapter")
+    run.log(f"trained {planned.method_label} seed {ctx.seed}: {fit_log.steps} steps, val acc "
+            f"{fit_log.best_val_accuracy:.2f}, fit {info['fit_s']:.1f}s, adapt {info['adapt_s']:.1f}s")
+    return TrainedPolicyMethod(method.eval(), lm, info)
