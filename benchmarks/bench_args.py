@@ -124,8 +124,8 @@ def main() -> None:
         result[f"greedy_{key}"] = run_batches(lambda ps, st: decode(policy, ps, greedy, max_new), prompts, batch)
         for name, rm in rms.items():
             def guided(ps, st, rm=rm):
-                guide = RewardGuide(rm, method, ["u"] * len(ps))
-                return args_decode(policy, guide, ps, args.lam, args.k, max_new, stats=st)
+                guide = RewardGuide(rm, method, ["u"] * len(ps), lam=args.lam, top_k=args.k)
+                return args_decode(policy, guide, ps, max_new, stats=st)
             measured = run_batches(guided, prompts, batch)
             steps = sum(s["steps"] for s in measured["stats"])
             measured["decode_s_per_step"] = sum(s["decode_s"] for s in measured["stats"]) / steps

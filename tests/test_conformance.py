@@ -138,7 +138,7 @@ def test_rewards_are_finite_and_candidates_match_prefix_rewards(name, fitted, ti
     prompts = [formatter.prompt_ids("article x"), formatter.prompt_ids("another longer article")]
     users = ["a-new1", "b-new1"]
     trace = []
-    generated = args_decode(tiny_lm, RewardGuide(tiny_lm, method, users), prompts, lam=1.0, top_k=3,
+    generated = args_decode(tiny_lm, RewardGuide(tiny_lm, method, users, lam=1.0, top_k=3), prompts,
                             max_new_tokens=4, trace=trace)
     for row, (prompt, user) in enumerate(zip(prompts, users)):
         for step, (candidates, rewards) in enumerate(trace[: len(generated[row])]):

@@ -42,7 +42,7 @@ def test_genarm_learns_a_toy_preference_and_args_reads_the_same_rewards(tiny_lm)
     separate = LoadedLM("tiny-copy", copy, tiny_lm.tokenizer, tiny_lm.device)
     for guide_lm in (tiny_lm, separate):
         trace = []
-        generated = args_decode(tiny_lm, RewardGuide(guide_lm, method, ["u", "u"]), prompts, lam=2.0, top_k=4,
+        generated = args_decode(tiny_lm, RewardGuide(guide_lm, method, ["u", "u"], lam=2.0, top_k=4), prompts,
                                 max_new_tokens=5, trace=trace)
         for row, prompt in enumerate(prompts):
             for step in range(len(generated[row])):

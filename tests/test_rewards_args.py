@@ -64,7 +64,7 @@ def test_args_candidate_rewards_equal_teacher_forced_prefix_rewards(tiny_lm, nam
     backbone = RewardBackbone(rm_lm, "rm")
     prompts = prompts_of(tiny_lm, ["short", "a considerably longer article text"])
     trace = []
-    generated = args_decode(tiny_lm, RewardGuide(rm_lm, method, ["u", "u"]), prompts, lam=1.0, top_k=4,
+    generated = args_decode(tiny_lm, RewardGuide(rm_lm, method, ["u", "u"], lam=1.0, top_k=4), prompts,
                             max_new_tokens=5, trace=trace)
     checked = 0
     for row, prompt in enumerate(prompts):
@@ -83,16 +83,16 @@ def test_args_candidate_rewards_equal_teacher_forced_prefix_rewards(tiny_lm, nam
 def test_args_with_zero_lambda_is_greedy(tiny_lm):
     method = random_method("global_rm", tiny_lm.model.config.hidden_size)
     prompts = prompts_of(tiny_lm, ["one", "two words", "three is longer"])
-    guided = args_decode(tiny_lm, RewardGuide(tiny_lm, method, ["u"] * 3), prompts, lam=0.0, top_k=5, max_new_tokens=6)
+    guided = args_decode(tiny_lm, RewardGuide(tiny_lm, method, ["u"] * 3, lam=0.0, top_k=5), prompts, max_new_tokens=6)
     assert guided == decode(tiny_lm, prompts, greedy, 6)
 
 
 def test_args_rows_are_independent_of_batching(tiny_lm):
     method = random_method("global_rm_v2", tiny_lm.model.config.hidden_size)
     prompts = prompts_of(tiny_lm, ["one", "two words here", "three is a longer prompt"])
-    guide = RewardGuide(tiny_lm, method, ["u"] * 3)
-    batched = args_decode(tiny_lm, guide, prompts, lam=2.0, top_k=5, max_new_tokens=6)
-    alone = [args_decode(tiny_lm, RewardGuide(tiny_lm, method, ["u"]), [p], lam=2.0, top_k=5, max_new_tokens=6)[0]
+    guide = RewardGuide(tiny_lm, method, ["u"] * 3, lam=2.0, top_k=5)
+    batched = args_decode(tiny_lm, guide, prompts, max_new_tokens=6)
+    alone = [args_decode(tiny_lm, RewardGuide(tiny_lm, method, ["u"], lam=2.0, top_k=5), [p], max_new_tokens=6)[0]
              for p in prompts]
     assert batched == alone
 
@@ -148,7 +148,7 @@ def test_different_tokenizers_are_refused(tiny_lm):
     rm_lm = LoadedLM("other", tiny_lm.model, other, torch.device("cpu"))
     method = random_method("global_rm", tiny_lm.model.config.hidden_size)
     with pytest.raises(ConfigError, match="share a tokenizer"):
-        args_decode(tiny_lm, RewardGuide(rm_lm, method, ["u"]), prompts_of(tiny_lm, ["x"]), 1.0, 3, 2)
+        args_decode(tiny_lm, RewardGuide(rm_lm, method, ["u"], lam=1.0, top_k=3), prompts_of(tiny_lm, ["x"]), 2)
 
 
 # --- learning on a toy preference ------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_global_rm_learns_a_toy_preference_and_args_follows_it(tiny_lm):
     bang = tiny_lm.tokenizer.encode("!", add_special_tokens=False)[0]
     prompts = prompts_of(tiny_lm, [f"query {i}" for i in range(6)])
     vocab = tiny_lm.model.config.vocab_size
-    guided = args_decode(tiny_lm, RewardGuide(tiny_lm, method, ["u"] * 6), prompts, lam=50.0, top_k=vocab,
+    guided = args_decode(tiny_lm, RewardGuide(tiny_lm, method, ["u"] * 6, lam=50.0, top_k=vocab), prompts,
                          max_new_tokens=6)
     plain = decode(tiny_lm, prompts, greedy, 6)
     count = lambda rows: sum(row.count(bang) for row in rows)  # noqa: E731

@@ -67,8 +67,8 @@ class ArgsDeployment(DeploymentBase):
 
     def generate(self, batch: PreparedBatch) -> Generated:
         config = self.ctx.run.config
-        guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users)
-        ids = args_decode(self.lm, guide, batch.prompts, self.lam, config.args.top_k, config.generation.max_new_tokens)
+        guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, config.args.top_k)
+        ids = args_decode(self.lm, guide, batch.prompts, config.generation.max_new_tokens)
         return Generated([clean_generation(self.lm.tokenizer, row) for row in ids])
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from persalign.decoding import RowTracker, clean_generation, extend_mask, left_pad
+from persalign.decoding import RowTracker, extend_mask, left_pad
 from persalign.errors import ConfigError
 from persalign.models.loading import decoder_stack
 from persalign.rewards.base import PoolingState
@@ -48,6 +48,8 @@ class RewardGuide:
     lm: object  # LoadedLM of the RM backbone (may be the policy itself)
     method: object  # RewardMethod
     users: list[str]
+    lam: float = 1.0  # λ of Eq. 1: the reward's weight against log π
+    top_k: int = 10  # candidates scored per step (the policy's top k)
 
 
 def check_same_tokenizer(policy_tokenizer, rm_tokenizer) -> None:
@@ -203,8 +205,8 @@ def make_scorer(policy, guide: RewardGuide):
 
 
 @torch.no_grad()
-def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float, top_k: int,
-                max_new_tokens: int, trace: list | None = None, stats: dict | None = None) -> list[list[int]]:
+def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_tokens: int,
+                trace: list | None = None, stats: dict | None = None) -> list[list[int]]:
     """ARGS-decode every prompt (Eq. 1); returns new token ids per row.
 
     `trace` collects (candidates, candidate prefix rewards) per step; `stats`
@@ -222,10 +224,10 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
     live = torch.arange(len(prompts), device=policy.device)  # original row of each batch row
     next_pos, prefilled, step = positions[:, -1] + 1, time.perf_counter(), 0
     for step in range(max_new_tokens):
-        top_logprobs, candidates = logprobs.topk(top_k, dim=-1)
+        top_logprobs, candidates = logprobs.topk(guide.top_k, dim=-1)
         rewards = scorer.token_rewards(candidates, mask, next_pos, users)  # (rows, k) token rewards
         candidate_prefix = pool.extend(rewards, guide.method.pooling)
-        choice = (top_logprobs + lam * candidate_prefix).argmax(dim=-1)
+        choice = (top_logprobs + guide.lam * candidate_prefix).argmax(dim=-1)
         if trace is not None:
             record_step(trace, len(prompts), live, candidates, candidate_prefix)
         pool.commit(rewards.gather(1, choice[:, None]).squeeze(1))
@@ -250,6 +252,3 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], lam: float
         stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1)
     return rows.generated
 
-
-def args_generate(policy, guide: RewardGuide, prompts, lam: float, top_k: int, max_new_tokens: int) -> list[str]:
-    return [clean_generation(policy.tokenizer, ids) for ids in args_decode(policy, guide, prompts, lam, top_k, max_new_tokens)]

@@ -99,9 +99,10 @@ def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy)
                          leave=False):
         rows = []
         for start in range(0, len(val), batch_size):
-            guide = RewardGuide(trained.backbone.lm, trained.method, val.users[start : start + batch_size])
-            rows += args_decode(policy.lm, guide, val.prompts[start : start + batch_size], lam,
-                                config.args.top_k, config.generation.max_new_tokens)
+            guide = RewardGuide(trained.backbone.lm, trained.method, val.users[start : start + batch_size], lam,
+                                config.args.top_k)
+            rows += args_decode(policy.lm, guide, val.prompts[start : start + batch_size],
+                                config.generation.max_new_tokens)
         texts = [clean_generation(policy.lm.tokenizer, ids) for ids in rows]
         r1 = float(np.mean([s["rouge1"] for s in ctx.run.rouge.score(texts, references)]) / 100)
         lps = response_logprobs(policy.lm, val.prompts, [policy.formatter.response_ids(t) for t in texts], batch_size)

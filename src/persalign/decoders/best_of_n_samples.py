@@ -36,11 +36,10 @@ def sampler(seed: int, key: str, temperature: float = 1.0):
     return choose
 
 
-def sample_responses(policy, prompts: list[list[int]], n: int, max_new_tokens: int, seed: int, key: str,
-                     temperature: float = 1.0) -> list[list[str]]:
-    """n samples per prompt (prompt-major), from one seeded batch."""
+def sample_responses(policy, prompts: list[list[int]], n: int, max_new_tokens: int, choose) -> list[list[str]]:
+    """n samples per prompt (prompt-major), from one batch drawn with `choose` (a seeded `sampler`)."""
     repeated = [p for p in prompts for _ in range(n)]
-    ids = decode(policy, repeated, sampler(seed, key, temperature), max_new_tokens)
+    ids = decode(policy, repeated, choose, max_new_tokens)
     texts = [clean_generation(policy.tokenizer, row) for row in ids]
     return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
 
@@ -82,8 +81,8 @@ class SampleStore:
         if missing:
             prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in missing]
             n = max(self.bon.ns)
-            texts = sample_responses(self.policy, prompts, n, self.max_new_tokens, seed, key=missing[0].id,
-                                     temperature=self.bon.temperature)
+            choose = sampler(seed, missing[0].id, self.bon.temperature)
+            texts = sample_responses(self.policy, prompts, n, self.max_new_tokens, choose)
             path = self.path(seed)
             path.parent.mkdir(parents=True, exist_ok=True)
             with path.open("a", encoding="utf-8") as handle:

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from persalign.rewards import base
-from persalign.rewards.train import PairData, TrainLog, train_pairs
+from persalign.rewards.train import PairData, TrainLog, TrainSchedule, train_pairs
 
 GENERIC_USER = "<generic>"
 
@@ -214,9 +214,8 @@ class RewardMethod(nn.Module):
         if backbone.trainable:
             groups.append({"params": [p for p in backbone.lm.model.parameters() if p.requires_grad],
                            "lr": s.backbone_lr, "weight_decay": 0.0})
-        return train_pairs(self, backbone, train, val, groups, epochs=s.epochs, batch_size=s.batch_size,
-                           patience=s.patience, seed=s.seed, max_steps=s.max_steps,
-                           loss_fn=self.loss, on_step=self.after_step, alternate=self.alternate)
+        schedule = TrainSchedule(s.epochs, s.batch_size, s.patience, s.seed, s.max_steps, self.alternate)
+        return train_pairs(self, backbone, train, val, groups, schedule)
 
     def adapt(self, backbone, user: str, support: PairData) -> TrainLog | None:
         """z_k = A(D_support, θ): fit only this user's rows of the user tables (θ frozen)."""
@@ -231,8 +230,7 @@ class RewardMethod(nn.Module):
         try:
             s = self.settings
             return train_pairs(self, backbone, support, None, [{"params": tables, "lr": s.user_lr, "weight_decay": 0.0}],
-                               epochs=s.adapt_epochs, batch_size=s.batch_size, patience=s.adapt_epochs, seed=s.seed,
-                               loss_fn=self.loss, on_step=self.after_step)
+                               TrainSchedule(s.adapt_epochs, s.batch_size, s.adapt_epochs, s.seed))
         finally:
             for hook in hooks:
                 hook.remove()

@@ -87,48 +87,74 @@ def evaluate_pairs(method, backbone, data: PairData, batch_size: int = 256) -> d
     return {"accuracy": 100 * correct / len(data), "loss": losses / len(data)}
 
 
-def _train_epoch(method, backbone, data, order, phases, log, batch_size, max_steps, loss_fn, on_step) -> dict:
+@dataclass
+class TrainSchedule:
+    """How long and in which steps to train (the loss and the after-step hook are the method's own)."""
+
+    epochs: int
+    batch_size: int
+    patience: int  # epochs without a better validation score before stopping (only with a validation set)
+    seed: int
+    max_steps: int | None = None
+    alternate: bool = False  # each parameter group is its own phase, one step per phase per minibatch (LoRE-Alt)
+
+
+@dataclass
+class _Training:
+    method: object
+    backbone: object
+    data: PairData
+    phases: list
+    schedule: TrainSchedule
+    log: TrainLog = field(default_factory=TrainLog)
+
+
+def _train_epoch(run: _Training, order: list[int]) -> dict:
     """One pass over `order` in minibatches (one step per phase each); returns loss/accuracy/margin sums."""
     totals = {"loss": 0.0, "accuracy": 0.0, "margin": 0.0}
-    for start in range(0, len(order), batch_size):
-        index = order[start : start + batch_size]
-        for optimizer in phases:
-            r_w, r_l = pair_rewards(method, backbone, data, index)
-            loss = loss_fn(r_w, r_l, log.steps) if loss_fn else bradley_terry_loss(r_w, r_l)
-            for other in phases:
+    loss_fn, on_step = getattr(run.method, "loss", None), getattr(run.method, "after_step", None)
+    size, max_steps = run.schedule.batch_size, run.schedule.max_steps
+    for start in range(0, len(order), size):
+        index = order[start : start + size]
+        for optimizer in run.phases:
+            r_w, r_l = pair_rewards(run.method, run.backbone, run.data, index)
+            loss = loss_fn(r_w, r_l, run.log.steps) if loss_fn else bradley_terry_loss(r_w, r_l)
+            for other in run.phases:
                 other.zero_grad()
             loss.backward()
             optimizer.step()
             if on_step:
                 on_step()
-        log.steps += 1
+        run.log.steps += 1
         totals["loss"] += float(loss.detach()) * len(index)
         totals["accuracy"] += float((r_w > r_l).float().sum()) * 100
         totals["margin"] += float((r_w - r_l).detach().sum())
-        if max_steps and log.steps >= max_steps:
+        if max_steps and run.log.steps >= max_steps:
             break
     return totals
 
 
-def train_pairs(method, backbone, data: PairData, val: PairData | None, parameter_groups: list[dict], *,
-                epochs: int, batch_size: int, patience: int, seed: int, max_steps: int | None = None,
-                loss_fn=None, on_step=None, alternate: bool = False) -> TrainLog:
-    """Minimise the BT loss (or `loss_fn(r_w, r_l, step)`) with AdamW; early-stop on val accuracy if `val`.
+def train_pairs(method, backbone, data: PairData, val: PairData | None, parameter_groups: list[dict],
+                schedule: TrainSchedule) -> TrainLog:
+    """Minimise the method's loss (`method.loss(r_w, r_l, step)`, else Bradley-Terry) with AdamW.
 
-    `alternate`: each parameter group is its own phase; every minibatch takes
-    one step per phase in turn, the other phases frozen (LoRE-Alt).
+    With a validation set, early-stop on its accuracy (loss breaks ties) and
+    keep the best epoch's parameters; without one, run the whole budget and
+    keep the final parameters.
     """
     parameter_groups = [g for g in parameter_groups if g["params"]]
     params = [p for group in parameter_groups for p in group["params"]]
-    phases = [torch.optim.AdamW([g]) for g in parameter_groups] if alternate else [torch.optim.AdamW(parameter_groups)]
-    generator = torch.Generator().manual_seed(seed)
-    log, best_state, stale = TrainLog(), None, 0
+    phases = ([torch.optim.AdamW([g]) for g in parameter_groups] if schedule.alternate
+              else [torch.optim.AdamW(parameter_groups)])
+    generator = torch.Generator().manual_seed(schedule.seed)
+    run = _Training(method, backbone, data, phases, schedule)
+    log, best_state, stale, max_steps = run.log, None, 0, schedule.max_steps
     validated = val is not None and len(val) > 0
     best = -math.inf
-    for epoch in range(epochs):
+    for epoch in range(schedule.epochs):
         method.train()
         order = torch.randperm(len(data), generator=generator).tolist()
-        totals = _train_epoch(method, backbone, data, order, phases, log, batch_size, max_steps, loss_fn, on_step)
+        totals = _train_epoch(run, order)
         method.eval()
         record = {"epoch": epoch, **{f"train_{k}": v / len(data) for k, v in totals.items()}}
         score = record["train_accuracy"]
@@ -148,7 +174,7 @@ def train_pairs(method, backbone, data: PairData, val: PairData | None, paramete
             log.best_val_accuracy = record.get("val_accuracy", float("nan"))
         else:
             stale += 1
-        if stale >= patience or (max_steps and log.steps >= max_steps):
+        if stale >= schedule.patience or (max_steps and log.steps >= max_steps):
             break
     if best_state is not None:
         with torch.no_grad():

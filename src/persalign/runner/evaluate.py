@@ -69,8 +69,7 @@ def evaluate_batch(deployment, generate: bool, metrics: list, batch: list[Exampl
         pairs = deployment.score_pairs(prepared, generated if generate else None)
     with timed(timings, "metrics_s"):
         scores = generation_scores(metrics, generate, generated, batch)
-    rows = [_row(ex, index, i, prepared.columns[i], generated, pairs, scores[i]) for i, ex in enumerate(batch)]
-    return rows, timings
+    return _rows(prepared, index, generated, pairs, scores), timings
 
 
 def generation_scores(metrics: list, generate: bool, generated: Generated | None, batch) -> list[dict]:
@@ -82,20 +81,21 @@ def generation_scores(metrics: list, generate: bool, generated: Generated | None
     return score_generations(metrics, generated.texts, [ex.reference for ex in batch])
 
 
-def _row(ex: Example, index: int, i: int, prepared_columns: dict, generated: Generated | None, pairs: PairScores,
-         scores: dict) -> dict:
-    row = {"id": ex.id, "user": ex.comparison.user, "batch": index, "prompt": ex.comparison.prompt,
-           "reference": ex.reference, "generation": generated.texts[i] if generated else None, **prepared_columns}
-    for prefix, ranked in (("s", pairs.policy), ("rm", pairs.reward)):
-        if ranked is not None:
-            outcome = pair_outcome(ranked[0][i], ranked[1][i])
-            name = "policy" if prefix == "s" else "rm"
-            row.update({f"{prefix}_chosen": float(ranked[0][i]), f"{prefix}_rejected": float(ranked[1][i]),
-                        f"{name}_correct": outcome["correct"], f"{name}_tie": outcome["tie"]})
-    row.update(pairs.columns[i] if pairs.columns else {})
-    row.update(generated.columns[i] if generated and generated.columns else {})
-    row.update(scores)
-    return row
+def _rows(prepared, index: int, generated: Generated | None, pairs: PairScores, scores: list[dict]) -> list[dict]:
+    rows = []
+    for i, ex in enumerate(prepared.examples):
+        row = {"id": ex.id, "user": ex.comparison.user, "batch": index, "prompt": ex.comparison.prompt,
+               "reference": ex.reference, "generation": generated.texts[i] if generated else None,
+               **prepared.columns[i]}
+        for prefix, name, ranked in (("s", "policy", pairs.policy), ("rm", "rm", pairs.reward)):
+            if ranked is not None:
+                outcome = pair_outcome(ranked[0][i], ranked[1][i])
+                row.update({f"{prefix}_chosen": float(ranked[0][i]), f"{prefix}_rejected": float(ranked[1][i]),
+                            f"{name}_correct": outcome["correct"], f"{name}_tie": outcome["tie"]})
+        row.update(pairs.columns[i] if pairs.columns else {})
+        row.update(generated.columns[i] if generated and generated.columns else {})
+        rows.append({**row, **scores[i]})
+    return rows
 
 
 # per-example 0/1 columns -> summary name (×100, macro over users)

@@ -25,7 +25,7 @@ from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, weights_fingerprint
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
 from persalign.rewards.method import precompute_features, resolve_settings
-from persalign.rewards.train import pair_data
+from persalign.rewards.train import PairData, pair_data
 
 VALIDATION_PAIRS = 64  # policy-side methods: held-out pairs scored after fitting (logged, not used to stop)
 
@@ -52,7 +52,16 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
 
 
-def fit_and_adapt(method, where, train, val, dataset, split, formatter) -> tuple[object, dict]:
+def training_pairs(run, formatter) -> tuple[PairData, PairData, dict[str, PairData]]:
+    """(train users' train pairs, their held-out pairs, each adaptation user's support pairs) as token ids."""
+    dataset, split = run.dataset, run.split
+    train = pair_data(dataset, split.train, formatter, split.train_users)
+    val = pair_data(dataset, split.heldout, formatter, split.train_users)
+    support = {user: pair_data(dataset, split.support, formatter, [user]) for user in split.adapt_users}
+    return train, val, support
+
+
+def fit_and_adapt(method, where, train: PairData, val: PairData, support: dict[str, PairData]) -> tuple[object, dict]:
     """Fit on the train users, adapt every adaptation user on its support pairs; (fit log, timing + log info).
 
     `where` is the reward backbone (reward heads) or the policy itself (policy-side methods).
@@ -61,8 +70,8 @@ def fit_and_adapt(method, where, train, val, dataset, split, formatter) -> tuple
     fit_log = method.fit(where, train, val)
     fit_s = time.perf_counter() - start
     start = time.perf_counter()
-    for user in split.adapt_users:
-        method.adapt(where, user, pair_data(dataset, split.support, formatter, [user]))
+    for user, pairs in support.items():
+        method.adapt(where, user, pairs)
     return fit_log, {"fit_s": fit_s, "adapt_s": time.perf_counter() - start, "epochs": fit_log.epochs,
                      "steps": fit_log.steps, "best_val_accuracy": fit_log.best_val_accuracy,
                      "settings": method.settings.__dict__, "history": fit_log.history}
@@ -107,12 +116,11 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
     else:
         settings = resolve_settings(method_cls, planned.method, run.config.reward, ctx.seed)
         method = method_cls(backbone.hidden_size, settings)
-        train = pair_data(run.dataset, run.split.train, formatter, run.split.train_users)
-        val = pair_data(run.dataset, run.split.heldout, formatter, run.split.train_users)
+        train, val, support = training_pairs(run, formatter)
         start = time.perf_counter()
         precompute_features(method, backbone, train, val)
         features_s = time.perf_counter() - start
-        fit_log, timing = fit_and_adapt(method, backbone, train, val, run.dataset, run.split, formatter)
+        fit_log, timing = fit_and_adapt(method, backbone, train, val, support)
         info = {"features_s": features_s, "init": getattr(method, "init_note", None), **timing}
         _save(method, info, where)
         run.log(f"trained {planned.method_label} seed {ctx.seed}: {fit_log.epochs} epochs, val acc "
@@ -150,11 +158,9 @@ def trained_policy_method(ctx) -> TrainedPolicyMethod:
         return TrainedPolicyMethod(method_cls.load(where), lm, json.loads((where / "train_log.json").read_text()))
     settings = resolve_settings(method_cls, planned.method, run.config.reward, ctx.seed)
     method = method_cls(lm.model.config.hidden_size, settings)
-    formatter = ctx.policy.formatter
-    train = pair_data(run.dataset, run.split.train, formatter, run.split.train_users)
-    val = pair_data(run.dataset, run.split.heldout, formatter, run.split.train_users)
+    train, val, support = training_pairs(run, ctx.policy.formatter)
     val = val.subset(list(range(0, len(val), max(1, len(val) // VALIDATION_PAIRS)))[:VALIDATION_PAIRS])
-    fit_log, info = fit_and_adapt(method, lm, train, val, run.dataset, run.split, formatter)
+    fit_log, info = fit_and_adapt(method, lm, train, val, support)
     _save(method, info, where)
     if run.config.reward.mode == "lora":
         save_adapter(lm, where / "adapter")
