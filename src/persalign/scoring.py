@@ -16,6 +16,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from persalign.models.loading import decoder_stack
+
 
 def right_pad(sequences: list[list[int]], pad_id: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s) for s in sequences)
@@ -30,8 +32,6 @@ def right_pad(sequences: list[list[int]], pad_id: int, device) -> tuple[torch.Te
 @torch.no_grad()
 def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], batch_size: int = 16) -> list[np.ndarray]:
     """log π(y_t | x, y<t) for each response token, one array per (prompt, response)."""
-    from persalign.models.loading import decoder_stack
-
     backbone, head = decoder_stack(lm.model), lm.model.get_output_embeddings()
     results: list[np.ndarray] = []
     for start in range(0, len(prompts), batch_size):
@@ -103,8 +103,6 @@ def logprobs_from_prefill(lm, state, groups: list[list[list[int]]]) -> list[list
 
 
 def decoder_stack_of(lm):
-    from persalign.models.loading import decoder_stack
-
     return decoder_stack(lm.model)
 
 

@@ -16,7 +16,9 @@ import time
 
 from persalign.decoders.args_decoding import RewardGuide, args_decode
 from persalign.decoders.args_lambda import choose_lambda
-from persalign.decoders.base import DeploymentBase, DeploymentProperties, Generated, PairScores, PreparedBatch
+from persalign.decoders.base import (
+    DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
+)
 from persalign.decoding import clean_generation
 from persalign.metrics.ranking import pair_outcome
 from persalign.registry import register_decoder
@@ -30,21 +32,14 @@ def plain_prompts(formatter, examples: list) -> PreparedBatch:
 
 
 @register_decoder("args")
-class ArgsDeployment(DeploymentBase):
+class ArgsDeployment(TrainedDeployment):
     """The policy decoded with ARGS under the user's reward; pairs ranked by s_RGD."""
 
     properties = DeploymentProperties(seed_dependent=True, learns_from_pairs=True, ranks_with_reward_model=True,
                                       needs="reward_model")
-    index_block = 0  # report order: ARGS rows right after the reward-free deployments
-
-    @staticmethod
-    def label_for_method(method_label: str) -> str:
-        return method_label
-
     def __init__(self, ctx):
-        self.ctx, self.trained = ctx, ctx.trained
-        self.label = ctx.cell.decoder
-        self.lm, self.formatter = ctx.policy.lm, ctx.policy.formatter
+        super().__init__(ctx)
+        self.lm = ctx.policy.lm
         self.choice: dict = {}
 
     def begin(self) -> None:
@@ -74,8 +69,7 @@ class ArgsDeployment(DeploymentBase):
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         users, prompts, n = batch.users, batch.prompts, len(batch.examples)
         method, backbone = self.trained.method, self.trained.backbone
-        chosen = [self.formatter.response_ids(ex.comparison.chosen) for ex in batch.examples]
-        rejected = [self.formatter.response_ids(ex.comparison.rejected) for ex in batch.examples]
+        chosen, rejected = pair_responses(self.formatter, batch.examples)
         batch_size = self.ctx.run.config.generation.batch_size
         lp = logprob_sums(self.lm, prompts + prompts, chosen + rejected, batch_size, self.ctx.policy.memo)
         seq, step_sum = reward_sums(method, backbone, users * 2, prompts * 2, chosen + rejected)

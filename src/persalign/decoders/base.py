@@ -123,8 +123,28 @@ class DeploymentBase:
         return ", ".join(parts)
 
 
+class TrainedDeployment(DeploymentBase):
+    """A deployment of a trained method: named after the method; its trained part comes in the cell context."""
+
+    index_block = 0  # report order: block 0 right after the reward-free deployments, block 1 after that
+
+    @staticmethod
+    def label_for_method(method_label: str) -> str:
+        return method_label
+
+    def __init__(self, ctx):
+        self.ctx, self.trained, self.label = ctx, ctx.trained, ctx.cell.decoder
+        self.formatter = ctx.policy.formatter
+
+
 SUMMARY_FIELDS = (("rm_accuracy", "RM acc"), ("policy_accuracy", "policy acc"), ("rouge1", "ROUGE-1"),
                   ("win_rate", "win rate"))
+
+
+def pair_responses(formatter, examples: list) -> tuple[list[list[int]], list[list[int]]]:
+    """Token ids of each example's chosen and rejected responses."""
+    return ([formatter.response_ids(ex.comparison.chosen) for ex in examples],
+            [formatter.response_ids(ex.comparison.rejected) for ex in examples])
 
 
 def example_rng(seed: int, example_id: str) -> np.random.Generator:

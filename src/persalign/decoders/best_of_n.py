@@ -15,7 +15,9 @@ the cells alone support the RM-accuracy vs Best-of-N correlation.
 from __future__ import annotations
 
 from persalign.decoders.args import plain_prompts, training_settings
-from persalign.decoders.base import DeploymentBase, DeploymentProperties, Generated, PairScores, PreparedBatch
+from persalign.decoders.base import (
+    DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
+)
 from persalign.decoders.best_of_n_samples import nested_best
 from persalign.metrics.ranking import user_macro_mean
 from persalign.registry import register_decoder
@@ -23,7 +25,7 @@ from persalign.rewards.policy_scoring import reward_sums
 
 
 @register_decoder("best_of_n")
-class BestOfN(DeploymentBase):
+class BestOfN(TrainedDeployment):
     """N_max shared samples per prompt; the user's RM picks the best of the first N."""
 
     properties = DeploymentProperties(seed_dependent=True, learns_from_pairs=True, ranks_with_reward_model=True,
@@ -37,8 +39,7 @@ class BestOfN(DeploymentBase):
         return f"{method_label} (Best-of-N)"
 
     def __init__(self, ctx):
-        self.ctx, self.trained = ctx, ctx.trained
-        self.label = ctx.cell.decoder
+        super().__init__(ctx)
         self.samples = ctx.policy.samples
         self.ns = sorted(ctx.run.config.best_of_n.ns)
 
@@ -70,8 +71,7 @@ class BestOfN(DeploymentBase):
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         formatter, n = self.samples.formatter, len(batch.examples)
-        chosen = [formatter.response_ids(ex.comparison.chosen) for ex in batch.examples]
-        rejected = [formatter.response_ids(ex.comparison.rejected) for ex in batch.examples]
+        chosen, rejected = pair_responses(formatter, batch.examples)
         seq, _ = reward_sums(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2,
                              chosen + rejected)
         return PairScores(reward=(seq[:n], seq[n:]))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from persalign.decoders.base import DeploymentBase, Generated, PairScores, PreparedBatch
+from persalign.decoders.base import DeploymentBase, Generated, PairScores, PreparedBatch, pair_responses
 from persalign.decoding import clean_generation, decode_from, greedy, prefill
 from persalign.records import UserItem
 from persalign.scoring import logprobs_from_prefill, mean_logprob
@@ -52,8 +52,7 @@ class PromptedDeployment(DeploymentBase):
         return Generated([clean_generation(self.lm.tokenizer, row) for row in ids])
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
-        chosen = [self.formatter.response_ids(ex.comparison.chosen) for ex in batch.examples]
-        rejected = [self.formatter.response_ids(ex.comparison.rejected) for ex in batch.examples]
+        chosen, rejected = pair_responses(self.formatter, batch.examples)
         chosen_lp, rejected_lp = logprobs_from_prefill(self.lm, self._prefill(batch), [chosen, rejected])
         return PairScores(policy=(np.array([mean_logprob(lp) for lp in chosen_lp]),
                                   np.array([mean_logprob(lp) for lp in rejected_lp])))

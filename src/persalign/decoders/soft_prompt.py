@@ -13,26 +13,18 @@ from __future__ import annotations
 import numpy as np
 
 from persalign.decoders.args import plain_prompts, training_settings
-from persalign.decoders.base import DeploymentBase, DeploymentProperties, Generated, PairScores, PreparedBatch
+from persalign.decoders.base import (
+    DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
+)
 from persalign.decoding import clean_generation
 from persalign.registry import register_decoder
 
 
 @register_decoder("soft_prompt")
-class SoftPromptDeployment(DeploymentBase):
+class SoftPromptDeployment(TrainedDeployment):
     """The policy with the user's soft tokens; pairs ranked by the method's implicit reward."""
 
     properties = DeploymentProperties(seed_dependent=True, learns_from_pairs=True, needs="policy_method")
-    index_block = 0
-
-    @staticmethod
-    def label_for_method(method_label: str) -> str:
-        return method_label
-
-    def __init__(self, ctx):
-        self.ctx, self.trained = ctx, ctx.trained
-        self.label = ctx.cell.decoder
-        self.formatter = ctx.policy.formatter
 
     def prepare(self, examples: list) -> PreparedBatch:
         return plain_prompts(self.formatter, examples)
@@ -44,8 +36,7 @@ class SoftPromptDeployment(DeploymentBase):
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         n = len(batch.examples)
-        chosen = [self.formatter.response_ids(ex.comparison.chosen) for ex in batch.examples]
-        rejected = [self.formatter.response_ids(ex.comparison.rejected) for ex in batch.examples]
+        chosen, rejected = pair_responses(self.formatter, batch.examples)
         implicit = np.asarray(self.trained.method.implicit_rewards(
             self.trained.lm, batch.users * 2, batch.prompts * 2, chosen + rejected,
             self.ctx.run.config.generation.batch_size))

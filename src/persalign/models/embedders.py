@@ -20,6 +20,7 @@ import torch
 from tqdm.auto import tqdm
 
 from persalign.errors import ModelLoadError
+from persalign.models.aliases import default_cache_dir
 from persalign.registry import EMBEDDERS, MODELS, register_embedder
 
 
@@ -123,8 +124,6 @@ def _minilm(cache_dir=None, device="cpu"):
 
 def load_embedder(name: str, cache_dir: str | None = None, device: str = "cpu") -> CachedEmbedder:
     """An embedder by registered name, model alias, hub id or folder, with disk cache."""
-    from persalign.models.aliases import default_cache_dir
-
     root = default_cache_dir(cache_dir)
     if name in EMBEDDERS:
         inner = EMBEDDERS.get(name)(cache_dir=cache_dir, device=device)

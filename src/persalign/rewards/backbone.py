@@ -23,8 +23,9 @@ import torch
 from tqdm.auto import tqdm
 from safetensors.torch import load_file, save_file
 
+from persalign.decoding import Prefill, left_pad
 from persalign.models.loading import decoder_stack
-from persalign.scoring import right_pad
+from persalign.scoring import continue_from_prefill, right_pad
 
 
 def response_positions(prompt_lengths: list[int], response_lengths: list[int]) -> tuple[list[int], list[int]]:
@@ -121,8 +122,6 @@ class RewardBackbone:
 
         The prompt's last hidden state is kept too (see `states_before`).
         """
-        from persalign.scoring import continue_from_prefill
-
         unique: dict[tuple, int] = {}
         for p in prompts:
             unique.setdefault(tuple(p), len(unique))
@@ -148,8 +147,6 @@ class RewardBackbone:
 
     def _prefill_keeping_last_state(self, prompts: list[tuple]):
         """Prefill (cache for the responses) that also records each prompt's last hidden state."""
-        from persalign.decoding import Prefill, left_pad
-
         ids, mask, positions = left_pad([list(p) for p in prompts], self.lm.tokenizer.pad_token_id, self.lm.device)
         out = decoder_stack(self.lm.model)(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
         last = out.last_hidden_state[:, -1].float().cpu()  # left padding: column -1 is every row's last token

@@ -31,6 +31,7 @@ activations of 8 pairs × 2 terms at once took the study to 8+ GB.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +57,6 @@ def dpo_loss(policy_w, policy_l, reference_w, reference_l, beta: float) -> torch
 
 def reference_context(lm):
     """π_ref: the same model with its LoRA adapter switched off (a no-op context when there is none)."""
-    import contextlib
-
     disable = getattr(lm.model, "disable_adapter", None)
     return disable() if callable(disable) else contextlib.nullcontext()
 

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import torch
+
 PACKAGES = ("persalign", "torch", "transformers", "peft", "rouge-score", "bert-score", "numpy", "scipy", "pandas")
 
 
@@ -41,8 +43,6 @@ def peak_memory_mib() -> float:
 
 
 def collect(device: str, seeds: list[int]) -> dict:
-    import torch
-
     return {
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": sys.argv,
