@@ -5,6 +5,7 @@ runner was rebuilt), so the test that reads them compares the new code with the
 old numbers, not with whatever the new code prints:
 
     PERSALIGN_CACHE=/tmp/golden-cache python -m tests.golden tiny   # tiny model, every deployment kind
+    PERSALIGN_CACHE=/tmp/golden-cache python -m tests.golden study  # the tiny end-to-end study of test_study.py
     python -m tests.golden demo                                     # `make demo` (SmolLM2, real model)
 
 The view keeps what a reader of the results sees: each cell's summary numbers
@@ -31,6 +32,13 @@ TINY_ALL_DEPLOYMENTS = [
     "methods=[{name: global_rm}, {name: lore}, {name: genarm}, {name: pdpo, max_steps: 4}]",
     "reward.epochs=3", "args.lambdas=[0.0, 1.0]", "args.validation_size=4",
     "best_of_n.enabled=true", "best_of_n.ns=[1,2]",
+]
+
+# tests/test_study.py's tiny end-to-end study (`persalign study demo --quick` on the tiny model).
+TINY_STUDY = [
+    "policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]", "generation.max_new_tokens=6",
+    "generation.batch_size=4", "methods=[{name: global_rm}, {name: lore}, {name: mpu}]", "args.selection=fixed",
+    "decoders=[{name: zero_shot}, {name: icl, shots: 1}, {name: icl, shots: 2}, {name: icl_rag, shots: 2}]",
 ]
 
 SKIPPED = {"stage_seconds", "peak_memory_mib", "settings", "decoder_index", "seed_dependent", "deployment"}
@@ -62,6 +70,13 @@ def run_tiny(out_dir: Path) -> dict:
     return view(out_dir)
 
 
+def run_tiny_study(out_dir: Path) -> dict:
+    from persalign.runner.study import run_study
+
+    (run_dir,) = run_study(["demo"], TINY_STUDY, str(out_dir), quick=True, log=lambda *_: None)
+    return view(run_dir)
+
+
 def run_demo(out_dir: Path) -> dict:
     from persalign.config import load_config
     from persalign.runner.run import run
@@ -71,7 +86,7 @@ def run_demo(out_dir: Path) -> dict:
 
 
 def main(which: str) -> None:
-    runner = {"tiny": run_tiny, "demo": run_demo}[which]
+    runner = {"tiny": run_tiny, "study": run_tiny_study, "demo": run_demo}[which]
     with tempfile.TemporaryDirectory() as tmp:
         values = runner(Path(tmp) / "run")
     GOLDEN_DIR.mkdir(exist_ok=True)

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tests.golden import GOLDEN_DIR, run_demo, run_tiny
+from tests.golden import GOLDEN_DIR, run_demo, run_tiny, run_tiny_study
 
 
 def assert_same(expected, actual, where="") -> None:
@@ -31,6 +31,11 @@ def assert_same(expected, actual, where="") -> None:
 def test_every_deployment_gives_the_numbers_stored_before_the_rebuild(tmp_path, cache_dir):
     expected = json.loads((GOLDEN_DIR / "tiny.json").read_text())
     assert_same(expected, json.loads(json.dumps(run_tiny(tmp_path / "run"))))
+
+
+def test_the_tiny_end_to_end_study_gives_the_numbers_stored_before_the_rebuild(tmp_path, cache_dir):
+    expected = json.loads((GOLDEN_DIR / "study.json").read_text())
+    assert_same(expected, json.loads(json.dumps(run_tiny_study(tmp_path / "study"))))
 
 
 @pytest.mark.needs_models

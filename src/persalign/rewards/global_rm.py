@@ -38,17 +38,15 @@ class GlobalRM(RewardMethod):
 
     name, display = "global_rm", "Global RM"
     defaults = MethodDefaults(head_lr=1e-4)
+    head_pooling = "last"
 
     def make_head(self) -> nn.Module:
-        return LinearTokenHead(self.hidden_size, "last")
+        return LinearTokenHead(self.hidden_size, self.head_pooling)
 
 
 @register_method("global_rm_v2")
-class GlobalRMv2(RewardMethod):
-    """Non-personalized BT reward: mean of per-token rewards (prefix: running mean)."""
+class GlobalRMv2(GlobalRM):
+    """Non-personalized BT reward: mean of per-token rewards (prefix: running mean); the rest as Global RM."""
 
     name, display = "global_rm_v2", "Global RM-v2"
-    defaults = MethodDefaults(head_lr=1e-4)
-
-    def make_head(self) -> nn.Module:
-        return LinearTokenHead(self.hidden_size, "mean")
+    head_pooling = "mean"

@@ -24,17 +24,16 @@ from torch import nn
 from persalign.registry import register_method
 from persalign.rewards.method import MethodDefaults, RewardMethod
 
-PROTOTYPES = 4
-
 
 class PalHead(nn.Module):
     pooling = "last"
+    PROTOTYPES = 4  # shared reward prototypes each user mixes
 
     def __init__(self, hidden_size: int, dim: int, generator: torch.Generator):
         super().__init__()
         self.projector = nn.Linear(hidden_size, dim)
-        self.prototypes = nn.Parameter(torch.randn(PROTOTYPES, dim, generator=generator))
-        self.mixture_logits = nn.Parameter(torch.zeros(1, PROTOTYPES))
+        self.prototypes = nn.Parameter(torch.randn(self.PROTOTYPES, dim, generator=generator))
+        self.mixture_logits = nn.Parameter(torch.zeros(1, self.PROTOTYPES))
 
     def ideal_points(self, users: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.mixture_logits[users], dim=-1) @ self.prototypes
