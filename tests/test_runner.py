@@ -154,7 +154,7 @@ def test_html_report_is_valid_and_embeds_figures(tmp_path, cache_dir):
     parser = Collect()
     parser.feed(text)
     assert text.startswith("<!DOCTYPE html>") and "table" in parser.tags
-    assert len(parser.images) == 3 and all(src.startswith("data:image/png;base64,") for src in parser.images)
+    assert len(parser.images) == 4 and all(src.startswith("data:image/png;base64,") for src in parser.images)
     rouge = [m for m in store.all_metrics() if m["decoder"] == "Zero-Shot"][0]["rouge1"]
     assert f"{rouge:.2f} ± 0.00" in text
 

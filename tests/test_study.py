@@ -121,4 +121,4 @@ def test_tiny_end_to_end_study_writes_reports_index_and_figures(tmp_path, cache_
 
     parser = Collect()
     parser.feed((run_dir / "report.html").read_text())
-    assert parser.images == 3
+    assert parser.images == 4  # Figures 1-3 and the verdict's quality-vs-cost figure

@@ -64,7 +64,7 @@ class ArgsDeployment(TrainedDeployment):
         config = self.ctx.run.config
         guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, config.args.top_k)
         ids = args_decode(self.lm, guide, batch.prompts, config.generation.max_new_tokens)
-        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids])
+        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids])
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         users, prompts, n = batch.users, batch.prompts, len(batch.examples)

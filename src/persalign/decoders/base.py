@@ -74,6 +74,7 @@ class PreparedBatch:
 @dataclass
 class Generated:
     texts: list[str]
+    tokens: list[int] | None = None  # generated token ids per output (the cost basis: seconds per token)
     scores: list[dict] | None = None  # generation metrics already known (Best-of-N's stored sample scores)
     columns: list[dict] | None = None  # per-row values beside the text (Best-of-N's curve points)
 

@@ -49,7 +49,7 @@ class PromptedDeployment(DeploymentBase):
 
     def generate(self, batch: PreparedBatch) -> Generated:
         ids = decode_from(self.lm, self._prefill(batch), greedy, self.ctx.run.config.generation.max_new_tokens)
-        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids])
+        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids])
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         chosen, rejected = pair_responses(self.formatter, batch.examples)

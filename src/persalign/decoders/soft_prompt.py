@@ -32,7 +32,7 @@ class SoftPromptDeployment(TrainedDeployment):
     def generate(self, batch: PreparedBatch) -> Generated:
         lm = self.trained.lm
         ids = self.trained.method.generate(lm, batch.users, batch.prompts, self.ctx.run.config.generation.max_new_tokens)
-        return Generated([clean_generation(lm.tokenizer, row) for row in ids])
+        return Generated([clean_generation(lm.tokenizer, row) for row in ids], [len(row) for row in ids])
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         n = len(batch.examples)

@@ -23,7 +23,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from persalign.analysis.correlations import correlate_all  # noqa: E402
+from persalign.analysis.study import analyse  # noqa: E402
 from persalign.report.markdown import build_report, results_frame  # noqa: E402
+from persalign.report.verdict import verdict_rows  # noqa: E402
 from persalign.runner.store import RunStore  # noqa: E402
 
 
@@ -150,6 +152,27 @@ def figure_shots(frame: pd.DataFrame) -> str | None:
     return _png(fig)
 
 
+def figure_quality_vs_cost(store: RunStore, frame: pd.DataFrame, analyses: list) -> str | None:
+    """The verdict's figure: ROUGE-1 against generation cost ÷ greedy, Pareto front joined, per policy."""
+    panels = [(a.policy, [r for r in verdict_rows(store, frame, a) if r.relative_cost is not None]) for a in analyses]
+    panels = [(policy, rows) for policy, rows in panels if len(rows) >= 2]
+    if not panels:
+        return None
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+    for ax, (policy, rows) in zip(axes[0], panels):
+        costs, quality = [r.relative_cost for r in rows], [r.quality["mean"] for r in rows]
+        ax.scatter(costs, quality, color=["tab:red" if r.pareto else "tab:gray" for r in rows], zorder=3)
+        front = sorted((r.relative_cost, r.quality["mean"]) for r in rows if r.pareto)
+        ax.step([c for c, _ in front], [q for _, q in front], where="post", color="tab:red", label="Pareto front")
+        ax.set_xscale("log")
+        _label_points(ax, costs, quality, [r.label for r in rows])
+        ax.set_xlabel("generation cost ÷ greedy (log scale)")
+        ax.set_ylabel("ROUGE-1 vs the users' own text")
+        ax.set_title(policy, fontsize=9)
+        ax.legend(fontsize=7, loc="lower right")
+    return _png(fig)
+
+
 def markdown_tables_to_html(markdown: str) -> str:
     out, table = [], []
     for line in markdown.splitlines() + [""]:
@@ -173,11 +196,18 @@ def markdown_tables_to_html(markdown: str) -> str:
 
 def build_html_report(run_dir: str | Path) -> Path:
     markdown = build_report(run_dir)
-    frame = results_frame(RunStore(run_dir))
+    store = RunStore(run_dir)
+    frame = results_frame(store)
     figures = [("Figure 1: RM accuracy vs policy accuracy", figure_rm_vs_policy(frame)),
                ("Figure 2: generation quality per method", figure_generation(frame)),
                ("Figure 3: ROUGE-1 vs number of demonstrations", figure_shots(frame))] if not frame.empty else []
     body = markdown_tables_to_html(markdown)
+    pareto = figure_quality_vs_cost(store, frame, analyse(run_dir)) if not frame.empty else None
+    if pareto:  # right under the verdict it illustrates, before the per-policy tables
+        title = "Verdict figure: quality vs cost, Pareto front marked"
+        image = f'<h2>{title}</h2>\n<img alt="{title}" src="data:image/png;base64,{pareto}">\n'
+        at = body.find("<h2>Policy:")
+        body = body[:at] + image + body[at:] if at >= 0 else body + "\n" + image
     for title, png in figures:
         if png:
             body += f'\n<h2>{html.escape(title)}</h2>\n<img alt="{html.escape(title)}" src="data:image/png;base64,{png}">'

@@ -14,6 +14,7 @@ import pandas as pd
 from persalign.analysis.study import analyse
 from persalign.decoders.base import properties_of
 from persalign.report.study_sections import study_sections
+from persalign.report.verdict import verdict_section
 from persalign.runner.store import RunStore
 
 # (metric key in metrics.json, column title)
@@ -170,9 +171,11 @@ def build_report(run_dir: str | Path) -> str:
              f"{int(frame['examples'].max())} query items of {int(frame['users'].max())} adaptation users. "
              "Policy accuracy: strict s(chosen) > s(rejected) (ties: see rows.jsonl); "
              "scores are means over users of per-user means (×100).", "", metrics_line(frame)]
+    analyses = analyse(run_dir)
+    parts += verdict_section(store, frame, analyses)
     for policy in dict.fromkeys(frame["policy"]):
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]
-    parts += study_sections(analyse(run_dir), bon_curves(frame))
+    parts += study_sections(analyses, bon_curves(frame))
     parts += ["", "## Cost (seconds, summed over seeds) and chosen λ", "", cost_table(frame)]
     ties = frame.groupby("decoder")["policy_ties"].mean()
     if (ties > 0).any():

@@ -94,6 +94,8 @@ def _rows(prepared, index: int, generated: Generated | None, pairs: PairScores, 
                             f"{name}_correct": outcome["correct"], f"{name}_tie": outcome["tie"]})
         row.update(pairs.columns[i] if pairs.columns else {})
         row.update(generated.columns[i] if generated and generated.columns else {})
+        if generated and generated.tokens:
+            row["generated_tokens"] = generated.tokens[i]
         rows.append({**row, **scores[i]})
     return rows
 

@@ -1,0 +1,126 @@
+"""The verdict (issue #18): ranked deployments, costs, Pareto front and the sentence, on a stored fixture."""
+
+import base64
+import io
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+from persalign.analysis.study import analyse
+from persalign.report.html import build_html_report
+from persalign.report.markdown import build_report, results_frame
+from persalign.report.verdict import verdict_rows
+from persalign.runner.store import Cell, RunStore
+
+USERS = ["u1", "u2", "u3", "u4"]
+# label, deployment name, ROUGE-1 per user offset, generation seconds, tokens per output, adapt seconds (all users)
+SPEC = [
+    ("Zero-Shot", "zero_shot", 10.0, 8.0, 4, None),
+    ("ICL-RAG", "icl_rag", 20.0, 24.0, 4, None),   # 3x greedy per token
+    ("Cheap RM", "args", 12.0, 16.0, 4, 8.0),      # 2x greedy, worse than ICL-RAG: dominated
+    ("Slow RM", "args", 11.0, 80.0, 4, 2.0),       # 10x greedy and worse than ICL-RAG: dominated
+]
+
+
+def write_cell(store, index, label, name, rouge, seconds, tokens, adapt):
+    cell = Cell("pol", label, 0)
+    rows = [{"id": f"{u}-{k}", "user": u, "batch": 0, "generation": "x", "generated_tokens": tokens,
+             "rouge1": rouge + i + k, "policy_correct": float(k == 0), "s_chosen": 1.0, "s_rejected": 0.0}
+            for i, u in enumerate(USERS) for k in range(2)]
+    if name == "args":
+        rows = [{**r, "rm_correct": 1.0, "win": 1.0} for r in rows]
+    store.append(cell, "rows.jsonl", rows)
+    settings = {"decoder_name": name} | ({"training": {"adapt_s": adapt}} if adapt is not None else {})
+    store.write_metrics(cell, {"policy": "pol", "decoder": label, "decoder_name": name, "decoder_index": index,
+                               "seed": 0, "seed_dependent": name != "zero_shot", "examples": len(rows), "users": 4, "policy_ties": 0.0, "rouge1": rouge,
+                               "policy_accuracy": 50.0, "stage_seconds": {"generation_s": seconds},
+                               "settings": settings})
+
+
+@pytest.fixture
+def stored_run(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.root.mkdir(parents=True)
+    (store.root / "config.yaml").write_text("name: fixture\ndata: {dataset: demo}\n")
+    for index, spec in enumerate(SPEC):
+        write_cell(store, index, *spec)
+    return store.root
+
+
+def test_verdict_ranks_by_quality_with_costs_relative_to_greedy_and_the_pareto_front(stored_run):
+    store = RunStore(stored_run)
+    (analysis,) = analyse(stored_run, n_boot=200)
+    rows = verdict_rows(store, results_frame(store), analysis)
+    assert [r.label for r in rows] == ["ICL-RAG", "Cheap RM", "Slow RM", "Zero-Shot"]
+    by_label = {r.label: r for r in rows}
+    # greedy: 8 s for 8 outputs x 4 tokens; ICL-RAG 24 s for the same tokens -> 3x; Slow RM 80 s -> 10x
+    assert by_label["ICL-RAG"].relative_cost == pytest.approx(3.0)
+    assert by_label["Slow RM"].relative_cost == pytest.approx(10.0)
+    assert by_label["Zero-Shot"].relative_cost == pytest.approx(1.0) and by_label["Zero-Shot"].cost_basis == "per token"
+    assert by_label["Cheap RM"].adapt_s_per_user == pytest.approx(2.0)  # 8 s over 4 adaptation users
+    assert by_label["ICL-RAG"].adapt_s_per_user is None  # nothing is trained
+    assert by_label["ICL-RAG"].quality["mean"] == pytest.approx(20 + 1.5 + 0.5)  # users 0..3, items 0..1
+    assert {r.label for r in rows if r.pareto} == {"ICL-RAG", "Cheap RM", "Zero-Shot"}  # Slow RM is dominated
+
+
+def test_report_opens_with_the_verdict_and_its_sentence_comes_from_the_numbers(stored_run):
+    text = build_report(stored_run)
+    headings = [line for line in text.splitlines() if line.startswith("## ")]
+    assert headings[0].startswith("## Verdict")
+    assert "| 1 | ICL-RAG | 22.00 [" in text and "3.0× (per token)" in text
+    sentence = next(line for line in text.splitlines() if line.startswith("For these users"))
+    # every user gains exactly 8 points over the best reward method: the interval is one point, above 0
+    assert sentence == ("For these users, ICL-RAG writes closest to their own text, at 3.0× the cost of greedy; "
+                        "the best ICL variant (ICL-RAG) beats the best reward method (Cheap RM) by "
+                        "+8.0 ROUGE-1 [+8.0, +8.0].")
+
+
+def test_when_the_interval_includes_zero_the_verdict_says_the_data_cannot_separate_them(tmp_path):
+    store = RunStore(tmp_path / "run")
+    store.root.mkdir(parents=True)
+    (store.root / "config.yaml").write_text("name: fixture\ndata: {dataset: demo}\n")
+    write_cell(store, 0, "Zero-Shot", "zero_shot", 10.0, 8.0, 4, None)
+    write_cell(store, 1, "ICL", "icl", 12.0, 16.0, 4, None)
+    cell = Cell("pol", "RM", 0)  # better for two users, worse for two: the difference straddles 0
+    rows = [{"id": f"{u}-0", "user": u, "batch": 0, "generation": "x", "generated_tokens": 4,
+             "rouge1": 12.0 + i + (9 if i % 2 else -9), "policy_correct": 1.0, "rm_correct": 1.0, "win": 1.0,
+             "s_chosen": 1.0, "s_rejected": 0.0} for i, u in enumerate(USERS)]
+    store.append(cell, "rows.jsonl", rows)
+    store.write_metrics(cell, {"policy": "pol", "decoder": "RM", "decoder_name": "args", "decoder_index": 2, "seed": 0, "seed_dependent": True,
+                               "examples": 4, "users": 4, "policy_ties": 0.0, "rouge1": 12.0, "policy_accuracy": 1.0,
+                               "stage_seconds": {"generation_s": 4.0}, "settings": {"decoder_name": "args"}})
+    text = build_report(store.root)
+    assert "the data cannot separate the best ICL variant (ICL) from the best reward method (RM)" in text
+
+
+def test_html_report_embeds_the_quality_vs_cost_figure_and_every_table_has_its_columns(stored_run):
+    from PIL import Image
+
+    page = build_html_report(stored_run).read_text(encoding="utf-8")
+
+    class Parse(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.images, self.tables, self.row = [], [], None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "img":
+                self.images.append(dict(attrs))
+            elif tag == "table":
+                self.tables.append([])
+            elif tag == "tr":
+                self.row = []
+                self.tables[-1].append(self.row)
+            elif tag in ("td", "th"):
+                self.row.append(tag)
+
+    parser = Parse()
+    parser.feed(page)
+    assert any("quality vs cost" in image["alt"] for image in parser.images)
+    for image in parser.images:  # every embedded image decodes as a PNG of a sensible size
+        picture = Image.open(io.BytesIO(base64.b64decode(image["src"].split(",", 1)[1])))
+        assert picture.format == "PNG" and picture.size[0] > 200 and picture.size[1] > 100
+    for table in parser.tables:  # every row has the cells its header announces
+        assert all(len(row) == len(table[0]) for row in table[1:]), table[0]
+    assert re.search(r"<h2>Verdict figure", page).start() < page.index("<h2>Policy:")
