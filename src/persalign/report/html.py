@@ -182,9 +182,9 @@ def markdown_tables_to_html(markdown: str) -> str:
             continue
         if table:
             head, *body = table
-            out.append("<table><tr>" + "".join(f"<th>{c}</th>" for c in head) + "</tr>"
+            out.append('<div class="wide"><table><tr>' + "".join(f"<th>{c}</th>" for c in head) + "</tr>"
                        + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in body)
-                       + "</table>")
+                       + "</table></div>")
             table = []
         if line.startswith("#"):
             level = len(line) - len(line.lstrip("#"))
@@ -213,7 +213,8 @@ def build_html_report(run_dir: str | Path) -> Path:
             body += f'\n<h2>{html.escape(title)}</h2>\n<img alt="{html.escape(title)}" src="data:image/png;base64,{png}">'
     page = ("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>persalign report</title><style>"
             "body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse}"
-            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head>"
+            "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}"
+            ".wide{overflow-x:auto;margin:0.5em 0}</style></head>"
             f"<body>\n{body}\n</body></html>\n")
     path = Path(run_dir) / "report.html"
     path.write_text(page, encoding="utf-8")

@@ -56,12 +56,15 @@ def table2(analyses: list[PolicyAnalysis]) -> str:
 
 
 def table4(analysis: PolicyAnalysis) -> str:
-    """Ranking accuracy of RMs and adapted policies, methods as columns (ICL: policy accuracy only)."""
+    """Ranking accuracy of RMs and adapted policies (ICL: policy accuracy only).
+
+    Methods are rows, not the paper's columns: a study has 20 and more, which no page is wide enough for.
+    """
     methods = [m for m in analysis.methods if m.decodes_with_learnt_part or m.uses_demonstrations]
-    header = ["Acc"] + [m.label for m in methods]
-    rows = [[name] + [with_ci(analysis.cis.get(m.label, {}).get(metric)) for m in methods]
-            for name, metric in (("RM", "rm_accuracy"), ("Policy", "policy_accuracy"))]
-    return _table(header, rows)
+    rows = [[m.label] + [with_ci(analysis.cis.get(m.label, {}).get(metric)) for metric in ("rm_accuracy",
+                                                                                           "policy_accuracy")]
+            for m in methods]
+    return _table(["Method", "RM Acc", "Policy Acc"], rows)
 
 
 def table5(analyses: list[PolicyAnalysis]) -> str:
