@@ -11,8 +11,14 @@ import pytest
 from tests.golden import GOLDEN_DIR, run_demo, run_tiny, run_tiny_study
 
 
+# Raw per-row scores are float32 sums: length-sorted batching (issue #19) changes the summation order
+# inside a forward, which moves them in the 7th significant digit. Every reported number (accuracies,
+# ROUGE, λ, win rates, the generations themselves) must still be identical.
+FLOAT32_COLUMNS = {"s_chosen", "s_rejected", "rm_chosen", "rm_rejected", "rm_score"}
+
+
 def assert_same(expected, actual, where="") -> None:
-    """Exact equality, floats to 1e-9 (JSON round-trip), with the path of the first difference."""
+    """Exact equality, floats to 1e-9 (JSON round-trip; raw float32 scores to 1e-5), first difference named."""
     if isinstance(expected, dict):
         assert isinstance(actual, dict) and sorted(expected) == sorted(actual), f"{where}: keys {sorted(expected)} " \
             f"!= {sorted(actual) if isinstance(actual, dict) else actual!r}"
@@ -23,7 +29,9 @@ def assert_same(expected, actual, where="") -> None:
         for i, (a, b) in enumerate(zip(expected, actual)):
             assert_same(a, b, f"{where}[{i}]")
     elif isinstance(expected, float) and not isinstance(actual, bool):
-        assert actual == pytest.approx(expected, rel=1e-9, abs=1e-9), f"{where}: {actual!r} != {expected!r}"
+        raw = where.rsplit("/", 1)[-1] in FLOAT32_COLUMNS  # P-DPO's is a difference of two ~200-sized sums
+        tolerance = {"rel": 1e-5, "abs": 1e-4} if raw else {"rel": 1e-9, "abs": 1e-9}
+        assert actual == pytest.approx(expected, **tolerance), f"{where}: {actual!r} != {expected!r}"
     else:
         assert actual == expected, f"{where}: {actual!r} != {expected!r}"
 

@@ -68,7 +68,8 @@ class DecoderConfig:
 @dataclass
 class GenerationConfig:
     max_new_tokens: int = 32
-    batch_size: int = 16
+    batch_size: int = 16  # an upper bound on items per forward; the token budget decides below it
+    token_budget: int | None = None  # padded tokens per forward; default per device (persalign.batching)
     max_prompt_tokens: int = 1536  # demos are dropped (never the query) to fit
 
 

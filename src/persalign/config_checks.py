@@ -45,6 +45,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "policies": _nonempty_list(lambda p: bool(p), "model ids"),
     "generation.batch_size": _at_least(1),
     "generation.max_new_tokens": _at_least(1),
+    "generation.token_budget": _optional_at_least(16),
     "generation.max_prompt_tokens": _at_least(1),
     "split.adapt_fraction": _fraction(),
     "split.support_fraction": _fraction(),

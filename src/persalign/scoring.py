@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from persalign.batching import default_budget, map_batched
 from persalign.models.loading import decoder_stack
 
 
@@ -30,29 +31,36 @@ def right_pad(sequences: list[list[int]], pad_id: int, device) -> tuple[torch.Te
 
 
 @torch.no_grad()
-def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], batch_size: int = 16) -> list[np.ndarray]:
-    """log π(y_t | x, y<t) for each response token, one array per (prompt, response)."""
+def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], batch_size: int = 16,
+                      token_budget: int | None = None) -> list[np.ndarray]:
+    """log π(y_t | x, y<t) for each response token, one array per (prompt, response).
+
+    Pairs are batched by length within a token budget (persalign.batching); results keep the input order.
+    """
+    budget = token_budget or default_budget(lm.device)
+    pairs = list(zip(prompts, responses))
+    return map_batched(pairs, [len(p) + len(r) for p, r in pairs], lambda batch: _logprobs_batch(lm, batch),
+                       budget, batch_size)
+
+
+def _logprobs_batch(lm, batch: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
     backbone, head = decoder_stack(lm.model), lm.model.get_output_embeddings()
-    results: list[np.ndarray] = []
-    for start in range(0, len(prompts), batch_size):
-        batch_p, batch_r = prompts[start : start + batch_size], responses[start : start + batch_size]
-        ids, mask = right_pad([p + r for p, r in zip(batch_p, batch_r)], lm.tokenizer.pad_token_id, lm.device)
-        hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
-        rows, cols = [], []
-        for row, (p, r) in enumerate(zip(batch_p, batch_r)):
-            rows += [row] * len(r)
-            cols += range(len(p) - 1, len(p) + len(r) - 1)  # the state before each response token
-        if not rows:
-            results.extend(np.zeros(0, dtype=np.float32) for _ in batch_p)
-            continue
-        logits = head(hidden[rows, cols]).float()
-        targets = ids[rows, [c + 1 for c in cols]]
-        picked = torch.log_softmax(logits, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu().numpy()
-        offset = 0
-        for r in batch_r:
-            results.append(picked[offset : offset + len(r)])
-            offset += len(r)
-    return results
+    ids, mask = right_pad([p + r for p, r in batch], lm.tokenizer.pad_token_id, lm.device)
+    rows, cols = [], []
+    for row, (p, r) in enumerate(batch):
+        rows += [row] * len(r)
+        cols += range(len(p) - 1, len(p) + len(r) - 1)  # the state before each response token
+    if not rows:
+        return [np.zeros(0, dtype=np.float32) for _ in batch]
+    hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
+    logits = head(hidden[rows, cols]).float()
+    targets = ids[rows, [c + 1 for c in cols]]
+    picked = torch.log_softmax(logits, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu().numpy()
+    out, offset = [], 0
+    for _, r in batch:
+        out.append(picked[offset : offset + len(r)])
+        offset += len(r)
+    return out
 
 
 @torch.no_grad()

@@ -71,7 +71,8 @@ class ArgsDeployment(TrainedDeployment):
         method, backbone = self.trained.method, self.trained.backbone
         chosen, rejected = pair_responses(self.formatter, batch.examples)
         batch_size = self.ctx.run.config.generation.batch_size
-        lp = logprob_sums(self.lm, prompts + prompts, chosen + rejected, batch_size, self.ctx.policy.memo)
+        lp = logprob_sums(self.lm, prompts + prompts, chosen + rejected, batch_size, self.ctx.policy.memo,
+                          self.ctx.run.config.generation.token_budget)
         seq, step_sum = reward_sums(method, backbone, users * 2, prompts * 2, chosen + rejected)
         s = s_rgd(lp, step_sum, self.lam)
         columns = [{"lambda": self.lam} for _ in range(n)]

@@ -73,8 +73,8 @@ def choose_lambda(ctx, trained) -> dict:
         return {"lambda": args_config.fixed_lambda, "rule": "fixed", "curve": {}}
     val, val_ids = validation_pairs(run.dataset, run.split, policy.formatter,
                                     args_config.validation_size if rule == "harmonic" else None)
-    lp_w = logprob_sums(policy.lm, val.prompts, val.chosen, batch_size, policy.memo)
-    lp_l = logprob_sums(policy.lm, val.prompts, val.rejected, batch_size, policy.memo)
+    lp_w = logprob_sums(policy.lm, val.prompts, val.chosen, batch_size, policy.memo, run.config.generation.token_budget)
+    lp_l = logprob_sums(policy.lm, val.prompts, val.rejected, batch_size, policy.memo, run.config.generation.token_budget)
     _, r_w = reward_sums(trained.method, trained.backbone, val.users, val.prompts, val.chosen)
     _, r_l = reward_sums(trained.method, trained.backbone, val.users, val.prompts, val.rejected)
     accuracy = policy_accuracy_curve(lp_w, lp_l, r_w, r_l, grid)
@@ -105,7 +105,8 @@ def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy)
                                 config.generation.max_new_tokens)
         texts = [clean_generation(policy.lm.tokenizer, ids) for ids in rows]
         r1 = float(np.mean([s["rouge1"] for s in ctx.run.rouge.score(texts, references)]) / 100)
-        lps = response_logprobs(policy.lm, val.prompts, [policy.formatter.response_ids(t) for t in texts], batch_size)
+        lps = response_logprobs(policy.lm, val.prompts, [policy.formatter.response_ids(t) for t in texts], batch_size,
+                                config.generation.token_budget)
         inv_ppl = float(np.mean([np.exp(lp.mean()) if len(lp) else 0.0 for lp in lps]))
         out["rouge1"].append(r1)
         out["inverse_perplexity"].append(inv_ppl)

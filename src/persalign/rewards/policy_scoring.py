@@ -40,12 +40,14 @@ def reward_sums(method, backbone, users, prompts, responses) -> tuple[np.ndarray
     return sequence.numpy(), steps.sum(-1).numpy()
 
 
-def logprob_sums(policy, prompts, responses, batch_size: int, memo: dict | None = None) -> np.ndarray:
+def logprob_sums(policy, prompts, responses, batch_size: int, memo: dict | None = None,
+                 token_budget: int | None = None) -> np.ndarray:
     """Σ_t log π(y_t | x, y<t); `memo` keeps them across cells (the same for every method and seed)."""
     memo = {} if memo is None else memo
     keys = [(policy.name, tuple(p), tuple(r)) for p, r in zip(prompts, responses)]
     todo = list({k: i for i, k in enumerate(keys) if k not in memo}.values())  # one index per new key
     if todo:
-        computed = response_logprobs(policy, [prompts[i] for i in todo], [responses[i] for i in todo], batch_size)
+        computed = response_logprobs(policy, [prompts[i] for i in todo], [responses[i] for i in todo], batch_size,
+                                     token_budget)
         memo.update({keys[i]: float(lp.sum()) for i, lp in zip(todo, computed)})
     return np.array([memo[k] for k in keys])

@@ -59,6 +59,14 @@ def _atomic_write(path: Path, text: str) -> None:
 CELL_AXES = ("policies", "decoders", "methods", "seeds")
 
 
+def without_new_unset(new, old):
+    """`new` less the settings `old` predates and `new` leaves unset (None): a run made before a setting
+    existed resumes under code that has it, as long as it is not set."""
+    if not isinstance(new, dict) or not isinstance(old, dict):
+        return new
+    return {k: without_new_unset(v, old.get(k)) for k, v in new.items() if k in old or v is not None}
+
+
 def extends(old: dict, new: dict) -> bool:
     """True if `new` keeps every setting of `old` and only adds entries to the cell axes."""
     same_rest = {k: v for k, v in old.items() if k not in CELL_AXES} == \
@@ -80,7 +88,7 @@ class RunStore:
         text = yaml.safe_dump(config, sort_keys=False)
         if config_path.exists():
             old = yaml.safe_load(config_path.read_text())
-            new = yaml.safe_load(text)
+            new = without_new_unset(yaml.safe_load(text), old)
             if old != new and not extends(old, new):
                 raise ConfigError(
                     f"{self.root} holds results of a different config; re-run with the same config to resume "
