@@ -1,0 +1,105 @@
+"""Token-budget, length-sorted batching vs fixed batches in data order (issue #19).
+
+Two sets of real sequences: (a) news_category query items with 8 of the
+author's own items as ICL demonstrations in the prompt, plus the author's
+headline as the response; (b) an uneven long-input set built from the same
+data: item k concatenates the descriptions of articles k .. k + (k mod 12),
+so inputs run from one article to twelve, as real users' writing does. For each: processed (padded) ÷ real
+tokens of both batchings, and with --time the wall time and peak memory of
+the policy log-prob pass (persalign.scoring.response_logprobs) both ways,
+each in its own process so the peaks do not mix.
+
+    python benchmarks/bench_batching.py              # token counts only (seconds)
+    python benchmarks/bench_batching.py --time       # also time the log-prob pass both ways
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+from common import emit, machine, news_query_pairs, peak_memory_mib
+from persalign.batching import default_budget, padding_ratio, plan_batches
+
+BATCH_SIZE = 16
+
+
+def sequences(which: str, limit: int | None) -> tuple[list[list[int]], list[list[int]]]:
+    """(prompts, responses) token ids of the ICL 8-shot set or the long-input set."""
+    from persalign.models.loading import load_causal_lm
+    from persalign.prompts import PromptFormatter
+
+    dataset, split, pairs = news_query_pairs(limit)
+    items = dataset.item_by_id()
+    completions = dataset.completion_by_id()
+    tokenizer = load_causal_lm("smollm2-135m-instruct").tokenizer
+    formatter = PromptFormatter(tokenizer, dataset.task, max_prompt_tokens=100_000)
+    prompts, responses = [], []
+    for k, pair in enumerate(pairs):
+        if which == "icl8":
+            demos = [items[i] for i in split.support.get(pair.user, [])][:8]
+            prompt = pair.prompt
+        else:  # uneven long inputs: 1 to 12 articles, one after another
+            demos, prompt = [], "\n\n".join(p.prompt for p in (pairs + pairs)[k : k + 1 + k % 12])
+        prompts.append(formatter.prompt_ids(prompt, demos, pair.history))
+        reference = completions[pair.id].reference if pair.id in completions else pair.chosen
+        responses.append(formatter.response_ids(reference))
+    return prompts, responses
+
+
+def token_figures(prompts, responses, budget: int) -> dict:
+    lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
+    in_order = [list(range(s, min(s + BATCH_SIZE, len(lengths)))) for s in range(0, len(lengths), BATCH_SIZE)]
+    sorted_batches = plan_batches(lengths, budget, BATCH_SIZE)
+    return {"items": len(lengths), "median_tokens": sorted(lengths)[len(lengths) // 2], "longest": max(lengths),
+            "processed_over_real_data_order": padding_ratio(lengths, in_order),
+            "processed_over_real_sorted": padding_ratio(lengths, sorted_batches),
+            "batches_data_order": len(in_order), "batches_sorted": len(sorted_batches)}
+
+
+def time_pass(which: str, mode: str, limit: int | None) -> dict:
+    """One log-prob pass over the set, `mode` = data_order (the old batching) or sorted (persalign's)."""
+    from persalign.models.loading import load_causal_lm
+    from persalign.scoring import _logprobs_batch, response_logprobs
+
+    prompts, responses = sequences(which, limit)
+    lm = load_causal_lm("smollm2-135m-instruct")
+    start = time.perf_counter()
+    if mode == "sorted":
+        response_logprobs(lm, prompts, responses, BATCH_SIZE)
+    else:
+        pairs = list(zip(prompts, responses))
+        for s in range(0, len(pairs), BATCH_SIZE):
+            _logprobs_batch(lm, pairs[s : s + BATCH_SIZE])
+    return {"seconds": time.perf_counter() - start, "peak_memory_mib": peak_memory_mib()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--time", action="store_true", help="also time the log-prob pass both ways")
+    parser.add_argument("--limit", type=int, default=None, help="query items per set (default: all)")
+    parser.add_argument("--child", nargs=2, metavar=("SET", "MODE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(time_pass(args.child[0], args.child[1], args.limit)))
+        return
+    result = {"benchmark": "batching", "budget": default_budget("cpu"), "batch_size": BATCH_SIZE, "sets": {}}
+    for which in ("icl8", "long"):
+        figures = token_figures(*sequences(which, args.limit), result["budget"])
+        if args.time:
+            for mode in ("data_order", "sorted"):
+                command = [sys.executable, __file__, "--child", which, mode] + (
+                    ["--limit", str(args.limit)] if args.limit else [])
+                out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+                figures[f"logprob_pass_{mode}"] = json.loads(out.strip().splitlines()[-1])
+        result["sets"][which] = figures
+        print(which, json.dumps(figures))
+    result["machine"] = machine()
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()
