@@ -94,13 +94,8 @@ class ArgsDeployment(TrainedDeployment):
 
     def settings(self) -> dict:
         return {"lambda": self.lam, "lambda_rule": self.choice["rule"], "lambda_s": self.choice.get("seconds", 0.0),
-                "top_k": self.ctx.run.config.args.top_k, **training_settings(self.ctx)}
+                "top_k": self.ctx.run.config.args.top_k, **self.training_settings()}
 
     def summary_line(self, metrics: dict) -> str:
         return f"λ={self.lam} ({self.choice['rule']}), " + super().summary_line(metrics)
 
-
-def training_settings(ctx) -> dict:
-    """What every trained deployment records: the method, the reward mode and the training log."""
-    return {"method": ctx.planned.method.name, "reward_mode": ctx.run.config.reward.mode,
-            "training": {k: v for k, v in ctx.trained.log.items() if k != "history"}}

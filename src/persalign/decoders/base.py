@@ -112,6 +112,7 @@ class DeploymentBase:
     """Defaults for the optional parts of the interface."""
 
     extra_columns: tuple[str, ...] = ()
+    always_generates = False  # generate even where the data has no references (Best-of-N's RM-score curve)
 
     def begin(self) -> None:
         return None
@@ -136,6 +137,11 @@ class TrainedDeployment(DeploymentBase):
     def __init__(self, ctx):
         self.ctx, self.trained, self.label = ctx, ctx.trained, ctx.cell.decoder
         self.formatter = ctx.policy.formatter
+
+    def training_settings(self) -> dict:
+        """What every trained deployment records: the method, the reward mode and the training log."""
+        return {"method": self.ctx.planned.method.name, "reward_mode": self.ctx.run.config.reward.mode,
+                "training": {k: v for k, v in self.trained.log.items() if k != "history"}}
 
 
 SUMMARY_FIELDS = (("rm_accuracy", "RM acc"), ("policy_accuracy", "policy acc"), ("rouge1", "ROUGE-1"),

@@ -14,7 +14,7 @@ the cells alone support the RM-accuracy vs Best-of-N correlation.
 
 from __future__ import annotations
 
-from persalign.decoders.args import plain_prompts, training_settings
+from persalign.decoders.args import plain_prompts
 from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
 )
@@ -78,7 +78,7 @@ class BestOfN(TrainedDeployment):
 
     def settings(self) -> dict:
         return {"ns": self.ns, "temperature": self.ctx.run.config.best_of_n.temperature,
-                **training_settings(self.ctx)}
+                **self.training_settings()}
 
     def finish(self, metrics: dict, rows: list[dict]) -> dict:
         """The quality-vs-N curves (ROUGE-1, BERTScore-F1, RM score) in the cell's metrics.json."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from persalign.decoders.args import plain_prompts, training_settings
+from persalign.decoders.args import plain_prompts
 from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
 )
@@ -43,4 +43,4 @@ class SoftPromptDeployment(TrainedDeployment):
         return PairScores(policy=(implicit[:n], implicit[n:]))
 
     def settings(self) -> dict:
-        return training_settings(self.ctx)
+        return self.training_settings()

@@ -195,14 +195,16 @@ def markdown_tables_to_html(markdown: str) -> str:
 
 
 def build_html_report(run_dir: str | Path) -> Path:
-    markdown = build_report(run_dir)
     store = RunStore(run_dir)
+    store.check_is_run()
     frame = results_frame(store)
+    analyses = analyse(run_dir) if not frame.empty else []
+    markdown = build_report(run_dir, analyses)
     figures = [("Figure 1: RM accuracy vs policy accuracy", figure_rm_vs_policy(frame)),
                ("Figure 2: generation quality per method", figure_generation(frame)),
                ("Figure 3: ROUGE-1 vs number of demonstrations", figure_shots(frame))] if not frame.empty else []
     body = markdown_tables_to_html(markdown)
-    pareto = figure_quality_vs_cost(store, frame, analyse(run_dir)) if not frame.empty else None
+    pareto = figure_quality_vs_cost(store, frame, analyses) if not frame.empty else None
     if pareto:  # right under the verdict it illustrates, before the per-policy tables
         title = "Verdict figure: quality vs cost, Pareto front marked"
         image = f'<h2>{title}</h2>\n<img alt="{title}" src="data:image/png;base64,{pareto}">\n'

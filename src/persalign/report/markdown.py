@@ -157,7 +157,8 @@ def bon_curves(frame: pd.DataFrame) -> dict[str, dict[str, dict]]:
     return out
 
 
-def build_report(run_dir: str | Path) -> str:
+def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
+    """report.md from stored results; `analyses` (analysis.study.analyse) when the caller already has them."""
     store = RunStore(run_dir)
     store.check_is_run()
     frame = results_frame(store)
@@ -171,7 +172,7 @@ def build_report(run_dir: str | Path) -> str:
              f"{int(frame['examples'].max())} query items of {int(frame['users'].max())} adaptation users. "
              "Policy accuracy: strict s(chosen) > s(rejected) (ties: see rows.jsonl); "
              "scores are means over users of per-user means (×100).", "", metrics_line(frame)]
-    analyses = analyse(run_dir)
+    analyses = analyse(run_dir) if analyses is None else analyses
     parts += verdict_section(store, frame, analyses)
     for policy in dict.fromkeys(frame["policy"]):
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]

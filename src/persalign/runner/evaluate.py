@@ -63,7 +63,7 @@ def evaluate_batch(deployment, generate: bool, metrics: list, batch: list[Exampl
         prepared = deployment.prepare(batch)
     generated = None
     with timed(timings, "generation_s"):
-        if generate or getattr(deployment, "always_generates", False):
+        if generate or deployment.always_generates:
             generated = deployment.generate(prepared)
     with timed(timings, "scoring_s"):
         pairs = deployment.score_pairs(prepared, generated if generate else None)
