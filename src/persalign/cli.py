@@ -23,14 +23,35 @@ def _cmd_run(args) -> None:
     from persalign.runner.run import run
 
     config = load_config(args.config, args.overrides)
-    store = run(config, args.output or f"runs/{config.name}")
+    store = run(config, args.output or f"runs/{config.name}", backend=_backend(args))
     print(build_report(store.root))
 
 
 def _cmd_study(args) -> None:
     from persalign.runner.study import run_study
 
-    run_study(args.configs, args.overrides, args.output, args.quick)
+    run_study(args.configs, args.overrides, args.output, args.quick, backend=_backend(args))
+
+
+def _backend(args):
+    """None for the local backend, else the Ray options of the command line."""
+    if args.backend == "local":
+        return None
+    from persalign.runner.ray_backend import RayOptions
+
+    return RayOptions(args.address, args.num_cpus, args.num_gpus, args.max_retries)
+
+
+def _add_backend_arguments(command) -> None:
+    group = command.add_argument_group("where the cells run")
+    group.add_argument("--backend", choices=["local", "ray"], default="local",
+                       help="local: one cell after another in this process; ray: every cell a Ray task "
+                            "(pip install 'persalign[ray]')")
+    group.add_argument("--address", help="Ray cluster to join (auto, or HOST:PORT); default: start one here")
+    group.add_argument("--num-cpus", type=float, default=1.0, help="CPUs each Ray task asks for")
+    group.add_argument("--num-gpus", type=float, default=0.0,
+                       help="GPUs each Ray task asks for; a fraction (0.25) lets small-model cells share one")
+    group.add_argument("--max-retries", type=int, default=2, help="retries of a Ray task whose worker died")
 
 
 def _cmd_report(args) -> int:
@@ -80,12 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("config", help="a YAML config file, or a built-in config name (demo)")
     run.add_argument("-o", "--output", help="run directory (default runs/NAME)")
     run.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+    _add_backend_arguments(run)
     run.set_defaults(handler=_cmd_run)
 
     study = commands.add_parser("study", help="sweep methods x policy models x seeds, then analyses and reports")
     study.add_argument("configs", nargs="+", help="one config per data set (YAML file or built-in name)")
     study.add_argument("-o", "--output", help="study directory (default runs/study-NAME)")
     study.add_argument("--quick", action="store_true", help="CI-sized variant: one seed, few items, capped training")
+    _add_backend_arguments(study)
     study.set_defaults(handler=_cmd_study, overrides=[])
 
     report = commands.add_parser("report", help="print and save the tables of a run directory")

@@ -36,7 +36,7 @@ class ArgsDeployment(TrainedDeployment):
     """The policy decoded with ARGS under the user's reward; pairs ranked by s_RGD."""
 
     properties = DeploymentProperties(seed_dependent=True, learns_from_pairs=True, ranks_with_reward_model=True,
-                                      needs="reward_model")
+                                      needs="reward_model", compares_with_reference=True)
     def __init__(self, ctx):
         super().__init__(ctx)
         self.lm = ctx.policy.lm

@@ -35,6 +35,7 @@ class DeploymentProperties:
     ranks_with_reward_model: bool = False  # an explicit RM ranks pairs and outputs (RM accuracy exists)
     reranks_samples: bool = False  # picks among sampled outputs (Best-of-N) instead of guiding decoding
     needs: str | None = None  # what the planner must provide: None, "reward_model" or "policy_method"
+    compares_with_reference: bool = False  # reads the reference baseline's outputs (the win rate)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -52,42 +52,56 @@ class Progress:
                  f"ETA {eta / 60:.1f} min (mean cell time so far)")
 
 
-def run(config: RunConfig, out_dir: str | Path, log=print) -> RunStore:
-    """Every cell of `config` into `out_dir`, holding the directory's lock (a second run is refused)."""
+def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunStore:
+    """Every cell of `config` into `out_dir`, holding the directory's lock (a second run is refused).
+
+    `backend` None runs the cells here, one after another; a `ray_backend.RayOptions` runs them as Ray tasks.
+    """
     validate(config)
     with locked(out_dir, log):
+        if backend is not None:
+            from persalign.runner.ray_backend import run_cells_on_ray  # Ray is an optional extra
+
+            return run_cells_on_ray(config, out_dir, backend, log)
         return _run_cells(config, out_dir, log)
 
 
-def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
-    started = time.perf_counter()
+def open_store(config: RunConfig, out_dir: str | Path, log) -> tuple[RunStore, list[PlannedCell], list[PlannedCell]]:
+    """The prepared run store, every planned cell and those not yet complete."""
     store = RunStore(out_dir)
     store.prepare(to_dict(config), provenance.collect(str(resolve_device(config.device)), config.seeds))
     cells = plan(config)
     check_distinct_dirs([p.cell for p in cells])
     todo = [p for p in cells if not store.is_complete(p.cell)]
     log(f"run dir {store.root}: {len(cells)} cells, {len(cells) - len(todo)} already complete")
+    return store, cells, todo
+
+
+def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
+    started = time.perf_counter()
+    store, cells, todo = open_store(config, out_dir, log)
     if not todo:
         return store
-    run_ctx = _run_context(config, store, log)
+    run_ctx = run_context(config, store, log)
     progress = Progress(len(cells), len(cells) - len(todo), log)
-    providers = _providers(config, store)
+    providers = trained_providers(config, store)
     for policy in config.policies:
         policy_todo = [p for p in todo if p.cell.policy == policy]
         if policy_todo:
-            policy_ctx = _policy_context(run_ctx, policy)
-            uses = Counter(_need_key(p) for p in policy_todo if p.needs)
+            policy_ctx = policy_context(run_ctx, load_policy(config, policy))
+            uses = Counter(need_key(p) for p in policy_todo if p.needs)
             for planned in policy_todo:
-                _run_planned(planned, policy_ctx, providers, progress)
+                run_planned(planned, policy_ctx, providers)
+                progress.tick(planned.cell.decoder)
                 if planned.needs:  # free a trained component (a LoRA copy of a model) after its last cell
-                    uses[_need_key(planned)] -= 1
-                    if not uses[_need_key(planned)]:
-                        policy_ctx.trained.pop(_need_key(planned), None)
+                    uses[need_key(planned)] -= 1
+                    if not uses[need_key(planned)]:
+                        policy_ctx.trained.pop(need_key(planned), None)
     log(f"finished in {time.perf_counter() - started:.0f} s, peak memory {provenance.peak_memory_mib():.0f} MiB")
     return store
 
 
-def _run_context(config: RunConfig, store: RunStore, log) -> RunContext:
+def run_context(config: RunConfig, store: RunStore, log) -> RunContext:
     embedder = load_embedder(config.data.embedder, config.cache_dir)
     dataset = build_dataset(config.data, lambda: embedder, config.split)
     split = make_split(dataset, config.split)
@@ -100,35 +114,43 @@ def _run_context(config: RunConfig, store: RunStore, log) -> RunContext:
                       rouge, log)
 
 
-def _policy_context(run_ctx: RunContext, policy: str) -> PolicyContext:
+def load_policy(config: RunConfig, policy: str):
+    return load_causal_lm(policy, config.device, config.dtype, config.cache_dir)
+
+
+def policy_context(run_ctx: RunContext, lm) -> PolicyContext:
     config = run_ctx.config
-    lm = load_causal_lm(policy, config.device, config.dtype, config.cache_dir)
     formatter = PromptFormatter(lm.tokenizer, run_ctx.dataset.task, config.generation.max_prompt_tokens)
     samples = SampleStore(run_ctx.store.root, lm, formatter, run_ctx.metrics, config.best_of_n,
                           config.generation.max_new_tokens)
     return PolicyContext(run_ctx, lm, formatter, samples)
 
 
-def _providers(config: RunConfig, store: RunStore) -> dict:
+def trained_providers(config: RunConfig, store: RunStore) -> dict:
     """What each kind of need is met by: a function of the cell context, cached per (method, seed)."""
     backbones = RewardBackbones(config, store)
     return {"reward_model": lambda ctx: trained_reward(ctx, backbones), "policy_method": trained_policy_method}
 
 
-def _need_key(planned: PlannedCell) -> tuple:
+def need_key(planned: PlannedCell) -> tuple:
     return planned.needs, planned.method_label, planned.cell.seed
 
 
-def _run_planned(planned: PlannedCell, policy_ctx: PolicyContext, providers: dict, progress: Progress) -> dict:
+def provide_trained(planned: PlannedCell, policy_ctx: PolicyContext, providers: dict):
+    """The cell's trained component, trained (or loaded from the run dir) once per (method, seed)."""
+    key = need_key(planned)
+    if key not in policy_ctx.trained:
+        policy_ctx.trained[key] = providers[planned.needs](CellContext(policy_ctx, planned))
+    return policy_ctx.trained[key]
+
+
+def run_planned(planned: PlannedCell, policy_ctx: PolicyContext, providers: dict) -> dict:
+    """One cell through the one evaluator; its metrics."""
     ctx = CellContext(policy_ctx, planned)
     if planned.needs:
-        key = _need_key(planned)
-        if key not in policy_ctx.trained:
-            policy_ctx.trained[key] = providers[planned.needs](ctx)
-        ctx.trained = policy_ctx.trained[key]
+        ctx.trained = provide_trained(planned, policy_ctx, providers)
     deployment = DECODERS.get(planned.decoder)(ctx)
     result = run_cell(deployment, ctx)
     cell = planned.cell
     policy_ctx.run.log(f"{cell.decoder} | {cell.policy} | seed {cell.seed}: {deployment.summary_line(result)}")
-    progress.tick(cell.decoder)
     return result

@@ -57,6 +57,7 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 CELL_AXES = ("policies", "decoders", "methods", "seeds")
+COMPLETION_MARKERS = ("metrics.json", "head.json")  # a cell / a trained model is complete once these exist
 
 
 def without_new_unset(new, old):
@@ -151,6 +152,25 @@ class RunStore:
 
     def write_metrics(self, cell: Cell, metrics: dict) -> None:
         _atomic_write(self.cell_dir(cell) / "metrics.json", json.dumps(metrics, indent=2))
+
+    def read_files(self, relative: str | Path) -> dict[str, bytes]:
+        """Every file under RUN_DIR/`relative` as {path relative to RUN_DIR: bytes} (unfinished .tmp files left out)."""
+        base = self.root / relative
+        files = sorted(p for p in base.rglob("*") if p.is_file() and not p.name.endswith(".tmp")) if base.exists() else []
+        return {str(p.relative_to(self.root)): p.read_bytes() for p in files}
+
+    def write_files(self, files: dict[str, bytes]) -> None:
+        """Write files another process returned (a Ray task), each atomically, the completion markers
+        (metrics.json, head.json) last: a kill in between leaves an incomplete cell or model, never a
+        complete one with parts missing."""
+        for relative in sorted(files, key=lambda name: Path(name).name in COMPLETION_MARKERS):
+            path = (self.root / relative).resolve()
+            if self.root.resolve() not in path.parents:
+                raise PersalignError(f"refusing to write {relative!r}: outside the run directory {self.root}")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(files[relative])
+            tmp.replace(path)
 
     def all_metrics(self) -> list[dict]:
         """Every finished cell's metrics; damaged cells are skipped and described in `self.problems`."""

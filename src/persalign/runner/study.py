@@ -34,7 +34,7 @@ QUICK_OVERRIDES = [
 
 
 def run_study(configs: list[str], overrides: list[str], out_dir: str | None = None, quick: bool = False,
-              log=print) -> list[Path]:
+              log=print, backend=None) -> list[Path]:
     """Run every config of the study, then write each run's report.md / report.html and an index."""
     loaded = [load_config(c, (QUICK_OVERRIDES if quick else []) + list(overrides)) for c in configs]
     root = Path(out_dir or f"runs/study-{loaded[0].name}{'-quick' if quick else ''}")
@@ -43,7 +43,7 @@ def run_study(configs: list[str], overrides: list[str], out_dir: str | None = No
     for number, config in enumerate(loaded, 1):
         log(f"study {number}/{len(loaded)}: {config.name} ({len(config.policies)} policy models, "
             f"{len(config.methods)} methods, {len(config.decoders)} decoders, {len(config.seeds)} seeds)")
-        store = run(config, root / config.name, log=log)
+        store = run(config, root / config.name, log=log, backend=backend)
         build_report(store.root)
         build_html_report(store.root)
         run_dirs.append(store.root)

@@ -122,19 +122,20 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
         features_s = time.perf_counter() - start
         fit_log, timing = fit_and_adapt(method, backbone, train, val, support)
         info = {"features_s": features_s, "init": getattr(method, "init_note", None), **timing}
+        if backbone.trainable:  # the adapter before head.json, which marks the model complete
+            save_adapter(backbone.lm, where / "adapter")
+            backbone.trainable = False
         _save(method, info, where)
         run.log(f"trained {planned.method_label} seed {ctx.seed}: {fit_log.epochs} epochs, val acc "
                 f"{fit_log.best_val_accuracy:.2f}, fit {info['fit_s']:.1f}s, adapt {info['adapt_s']:.1f}s")
         trained = TrainedReward(method.eval(), backbone, info)
-    if backbone.trainable:
-        save_adapter(backbone.lm, where / "adapter")
-        backbone.trainable = False
     return trained
 
 
 def _save(method, info: dict, where) -> None:
-    method.save(where)
+    where.mkdir(parents=True, exist_ok=True)  # the log first: head.json marks the model complete
     (where / "train_log.json").write_text(json.dumps(info, indent=2))
+    method.save(where)
 
 
 def _policy_model(config, policy_lm, where):
@@ -161,9 +162,9 @@ def trained_policy_method(ctx) -> TrainedPolicyMethod:
     train, val, support = training_pairs(run, ctx.policy.formatter)
     val = val.subset(list(range(0, len(val), max(1, len(val) // VALIDATION_PAIRS)))[:VALIDATION_PAIRS])
     fit_log, info = fit_and_adapt(method, lm, train, val, support)
-    _save(method, info, where)
-    if run.config.reward.mode == "lora":
+    if run.config.reward.mode == "lora":  # the adapter before head.json, which marks the model complete
         save_adapter(lm, where / "adapter")
+    _save(method, info, where)
     run.log(f"trained {planned.method_label} seed {ctx.seed}: {fit_log.steps} steps, val acc "
             f"{fit_log.best_val_accuracy:.2f}, fit {info['fit_s']:.1f}s, adapt {info['adapt_s']:.1f}s")
     return TrainedPolicyMethod(method.eval(), lm, info)

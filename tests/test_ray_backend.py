@@ -1,0 +1,137 @@
+"""`--backend ray` on a local 2-CPU Ray instance: the same numbers as the local backend, each task run once,
+a worker killed mid-cell retried, a killed driver resumed without duplicates.
+
+The tiny model and config of the golden tests; every run is compared, cell by cell and row by row, with
+the local backend's run of the same config (tests/golden.py `view`). Task executions are counted from the
+task log the workers write (PERSALIGN_TASK_LOG: one line per task start and end, with its pid).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from persalign.config import load_config
+from persalign.runner.run import run
+from tests.golden import TINY_ALL_DEPLOYMENTS, view
+
+ray = pytest.importorskip("ray", reason="Ray is the optional extra persalign[ray]; `make test` installs it")
+
+# Few items, one per batch, so a cell runs long enough to be killed after its first batch.
+KILL_CONFIG = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]",
+               "generation.max_new_tokens=6", "generation.batch_size=1", "split.max_query_per_user=2", "seeds=[0]",
+               "decoders=[{name: zero_shot}]", "methods=[{name: global_rm}]", "reward.epochs=3",
+               "args.lambdas=[0.0, 1.0]", "args.validation_size=2"]
+
+
+@pytest.fixture(scope="module")
+def ray_env(tmp_path_factory):
+    """A local Ray instance (2 CPUs) whose workers log every task start/end to `task_log`."""
+    root = tmp_path_factory.mktemp("ray")
+    saved = {k: os.environ.get(k) for k in ("PERSALIGN_CACHE", "PERSALIGN_TASK_LOG", "PERSALIGN_SCRATCH_DIR")}
+    (root / "scratch").mkdir()
+    os.environ.update(PERSALIGN_CACHE=str(root / "cache"), PERSALIGN_TASK_LOG=str(root / "tasks.log"),
+                      PERSALIGN_SCRATCH_DIR=str(root / "scratch"))
+    yield root
+    if ray.is_initialized():
+        ray.shutdown()
+    for key, value in saved.items():
+        os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+
+
+def _task_lines(log: Path) -> list[list[str]]:
+    return [line.split("\t") for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def _run_both(config_overrides: list[str], root: Path, options) -> tuple[dict, dict]:
+    config = load_config("demo", config_overrides)
+    run(config, root / "local", log=lambda *_: None)
+    run(config, root / "ray", log=lambda *_: None, backend=options)
+    return view(root / "local"), view(root / "ray")
+
+
+def test_ray_matches_local_and_runs_each_task_once(ray_env, tmp_path):
+    from persalign.runner.ray_backend import RayOptions
+
+    task_log = Path(os.environ["PERSALIGN_TASK_LOG"])
+    task_log.unlink(missing_ok=True)
+    local, on_ray = _run_both(TINY_ALL_DEPLOYMENTS, tmp_path, RayOptions())
+    assert on_ray == local and len(local) == 10  # every deployment kind, every row and score
+    starts = Counter(parts[1] for parts in _task_lines(task_log) if parts[0] == "start")
+    assert set(starts.values()) == {1} and len(starts) == 14  # 10 cells + 4 trained methods, once each
+    assert sum(what.startswith("train ") for what in starts) == 4
+
+    lines = []
+    run(load_config("demo", TINY_ALL_DEPLOYMENTS), tmp_path / "ray", log=lines.append, backend=RayOptions())
+    assert any("10 cells, 10 already complete" in line for line in lines)
+    assert len(_task_lines(task_log)) == 28  # the re-run started no task
+
+
+def _kill_after_first_batch(task_log: Path, target: str, killed: list) -> None:
+    """Watch the task log; once `target` has stored its first batch in its scratch dir, SIGKILL its worker."""
+    deadline = time.time() + 300
+    while time.time() < deadline and not killed:
+        for parts in _task_lines(task_log):
+            if parts[:2] == ["start", target]:
+                pid, scratch = int(parts[2].rsplit(":", 1)[1]), Path(parts[3])
+                if list(scratch.glob("cells/*/*/*/rows.jsonl")):
+                    if any(p[:2] == ["end", target] for p in _task_lines(task_log)):
+                        killed.append(None)  # too late: the cell finished first (the test then fails)
+                        return
+                    os.kill(pid, signal.SIGKILL)
+                    killed.append(pid)
+                    return
+        time.sleep(0.005)
+
+
+def test_worker_killed_mid_cell_is_retried(ray_env, tmp_path):
+    from persalign.runner.ray_backend import RayOptions
+
+    task_log = Path(os.environ["PERSALIGN_TASK_LOG"])
+    task_log.unlink(missing_ok=True)
+    target, killed = "cell Global RM seed 0", []
+    watcher = threading.Thread(target=_kill_after_first_batch, args=(task_log, target, killed), daemon=True)
+    watcher.start()
+    local, on_ray = _run_both(KILL_CONFIG, tmp_path, RayOptions(max_retries=2))
+    watcher.join(timeout=5)
+    assert killed and killed[0] is not None, "the worker was not killed mid-cell"
+    events = Counter(tuple(parts[:2]) for parts in _task_lines(task_log))
+    assert events[("start", target)] == 2 and events[("end", target)] == 1  # killed once, retried once
+    assert on_ray == local
+
+
+def test_driver_killed_then_rerun_resumes_without_duplicates(tmp_path):
+    """The driver (and the Ray instance it started) killed mid-run; the same command finishes the rest."""
+    if ray.is_initialized():
+        ray.shutdown()  # this test's drivers start their own Ray instances
+    out = tmp_path / "ray"
+    command = [sys.executable, "-m", "persalign.cli", "run", "demo", "-o", str(out), "--backend", "ray",
+               *TINY_ALL_DEPLOYMENTS]
+    env = {**os.environ, "PERSALIGN_CACHE": str(tmp_path / "cache")}
+    driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and len(list(out.glob("cells/*/*/*/metrics.json"))) < 2:
+        time.sleep(0.05)
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and the Ray processes of its session
+    driver.wait()
+    done_before = len(list(out.glob("cells/*/*/*/metrics.json")))
+    assert 2 <= done_before < 10, f"the driver was not killed mid-run ({done_before} cells done)"
+
+    rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    assert f"10 cells, {done_before} already complete" in rerun.stdout
+    run(load_config("demo", TINY_ALL_DEPLOYMENTS), tmp_path / "local", log=lambda *_: None)
+    resumed = view(out)
+    assert resumed == view(tmp_path / "local")
+    for cell in resumed.values():
+        ids = [row["id"] for row in cell["rows"]]
+        assert len(ids) == len(set(ids))
