@@ -64,8 +64,9 @@ def _audit(event: str, what: str, scratch: Path) -> None:
 
 
 @contextmanager
-def _scratch_policy(config, planned, inputs: tuple, kind: str):
-    """A policy context over a scratch run dir holding `inputs`; the dir is removed afterwards."""
+def _scratch_policy(config, planned, run_dir: str, inputs: tuple, kind: str):
+    """A policy context over a scratch run dir holding `inputs`; the dir is removed afterwards. Errors
+    name the driver's run dir `run_dir`, where the user will look, instead of the scratch dir."""
     from persalign.config import to_dict
     from persalign.runner import run as local
 
@@ -81,24 +82,26 @@ def _scratch_policy(config, planned, inputs: tuple, kind: str):
         lm = _cached(("policy", key, planned.cell.policy), lambda: local.load_policy(config, planned.cell.policy))
         yield local.policy_context(replace(data, store=store), lm), local.trained_providers(config, store), store
         _audit("end", what, root)
+    except PersalignError as error:
+        raise PersalignError(str(error).replace(str(root), run_dir)) from None
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def train_files(config, planned, *inputs) -> dict[str, bytes]:
+def train_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
     """Task: fit + adapt the method `planned` needs; its model files."""
     from persalign.runner.run import provide_trained
 
-    with _scratch_policy(config, planned, inputs, "train") as (policy_ctx, providers, store):
+    with _scratch_policy(config, planned, run_dir, inputs, "train") as (policy_ctx, providers, store):
         provide_trained(planned, policy_ctx, providers)
         return store.read_files(model_dir(store, planned.method_label, planned.cell.seed).relative_to(store.root))
 
 
-def cell_files(config, planned, *inputs) -> dict[str, bytes]:
+def cell_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
     """Task: one cell through the one evaluator; the cell's files (and the Best-of-N samples it drew)."""
     from persalign.runner.run import run_planned
 
-    with _scratch_policy(config, planned, inputs, "cell") as (policy_ctx, providers, store):
+    with _scratch_policy(config, planned, run_dir, inputs, "cell") as (policy_ctx, providers, store):
         run_planned(planned, policy_ctx, providers)
         files = store.read_files(planned.cell.relpath())
         if planned.properties.reranks_samples:
@@ -143,7 +146,7 @@ class _Submitter:
             if (where / "head.json").exists():
                 self.models[key] = self.store.read_files(where.relative_to(self.store.root))
             else:
-                self.models[key] = self.train.remote(self.config, planned)
+                self.models[key] = self.train.remote(self.config, planned, str(self.store.root))
                 self.pending[self.models[key]] = ("train", planned)
         return self.models[key]
 
@@ -157,7 +160,7 @@ class _Submitter:
         chain = (planned.cell.policy, planned.cell.seed)
         if properties.reranks_samples:
             inputs.append(self.samples.get(chain) or self.store.read_files("samples"))
-        ref = self.cell.remote(self.config, planned, *inputs)
+        ref = self.cell.remote(self.config, planned, str(self.store.root), *inputs)
         self.pending[ref] = ("cell", planned)
         if properties.reference_baseline:
             self.baselines.setdefault(planned.cell.policy, ref)

@@ -17,7 +17,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from persalign.errors import ConfigError
+from persalign.errors import ConfigError, PersalignError
 from persalign.models.aliases import default_cache_dir
 from persalign.models.loading import load_causal_lm
 from persalign.prompts import PromptFormatter
@@ -112,7 +112,8 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
     where = model_dir(run.store, planned.method_label, ctx.seed)
     method_cls = METHODS.get(planned.method.name)
     if (where / "head.json").exists():
-        trained = TrainedReward(method_cls.load(where), backbone, json.loads((where / "train_log.json").read_text()))
+        method, log = _load_saved(method_cls, where)
+        trained = TrainedReward(method, backbone, log)
     else:
         settings = resolve_settings(method_cls, planned.method, run.config.reward, ctx.seed)
         method = method_cls(backbone.hidden_size, settings)
@@ -130,6 +131,15 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
                 f"{fit_log.best_val_accuracy:.2f}, fit {info['fit_s']:.1f}s, adapt {info['adapt_s']:.1f}s")
         trained = TrainedReward(method.eval(), backbone, info)
     return trained
+
+
+def _load_saved(method_cls, where) -> tuple[object, dict]:
+    """(method, train log) saved in `where`; a damaged folder is a clear error naming it."""
+    try:
+        return method_cls.load(where), json.loads((where / "train_log.json").read_text())
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise PersalignError(f"{where}: the saved model is damaged ({type(error).__name__}: "
+                             f"{str(error).splitlines()[0][:160]}); delete that folder to train it again") from None
 
 
 def _save(method, info: dict, where) -> None:
@@ -156,7 +166,8 @@ def trained_policy_method(ctx) -> TrainedPolicyMethod:
     method_cls = METHODS.get(planned.method.name)
     lm = _policy_model(run.config, ctx.policy.lm, where)
     if (where / "head.json").exists():
-        return TrainedPolicyMethod(method_cls.load(where), lm, json.loads((where / "train_log.json").read_text()))
+        method, log = _load_saved(method_cls, where)
+        return TrainedPolicyMethod(method, lm, log)
     settings = resolve_settings(method_cls, planned.method, run.config.reward, ctx.seed)
     method = method_cls(lm.model.config.hidden_size, settings)
     train, val, support = training_pairs(run, ctx.policy.formatter)
