@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from persalign.batching import map_batched, padding_ratio, plan_batches, row_cost
+from persalign.config import load_config
 from persalign.scoring import response_logprobs
 
 
@@ -53,9 +54,38 @@ def test_a_run_made_before_the_token_budget_existed_resumes_unless_it_is_set(tmp
     from persalign.runner.store import RunStore
 
     store = RunStore(tmp_path / "run")
-    old = to_dict(load_config("demo"))
+    old = to_dict(load_config("demo-baselines"))
     del old["generation"]["token_budget"]  # as written by a version without the setting
     store.prepare(old, {})
-    store.prepare(to_dict(load_config("demo")), {})  # unset: the same config
+    store.prepare(to_dict(load_config("demo-baselines")), {})  # unset: the same config
     with pytest.raises(ConfigError, match="different config"):
-        store.prepare(to_dict(load_config("demo", ["generation.token_budget=512"])), {})
+        store.prepare(to_dict(load_config("demo-baselines", ["generation.token_budget=512"])), {})
+
+
+def _lambda_zero_decodes(monkeypatch, tmp_path, methods: str) -> tuple[int, dict]:
+    """Run a tiny config where every method has λ = 0; how many ARGS batches were decoded at λ = 0."""
+    from persalign.decoders import args_decoding
+    from persalign.runner.run import run
+    from tests.golden import view
+
+    calls = []
+    real = args_decoding.make_scorer
+    monkeypatch.setattr(args_decoding, "make_scorer", lambda policy, guide: calls.append(guide.lam) or
+                        real(policy, guide))
+    overrides = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]", "seeds=[0]",
+                 "generation.max_new_tokens=6", "generation.batch_size=4", "split.max_query_per_user=3",
+                 "decoders=[{name: zero_shot}]", f"methods={methods}", "reward.epochs=3", "args.lambdas=[0.0]",
+                 "args.selection=harmonic", "args.validation_size=4"]
+    out = tmp_path / f"run-{methods.count('name')}-methods"
+    run(load_config("demo-baselines", overrides), out, log=lambda *_: None)
+    return calls.count(0.0), view(out)
+
+
+def test_args_at_lambda_zero_is_decoded_once_per_policy_not_per_method(monkeypatch, tmp_path, cache_dir):
+    """Issue #19: ARGS at λ = 0 is greedy; the λ choice's validation batches and the λ = 0 query batches
+    are decoded once per policy, whatever the number of reward methods, with the same outputs."""
+    one, _ = _lambda_zero_decodes(monkeypatch, tmp_path, "[{name: global_rm}]")
+    two, results = _lambda_zero_decodes(monkeypatch, tmp_path, "[{name: global_rm}, {name: lore}]")
+    assert one > 0 and two == one, (one, two)
+    generations = {label: [row["generation"] for row in cell["rows"]] for label, cell in results.items()}
+    assert generations["Global RM | seed 0"] == generations["LoRE | seed 0"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_decoding import RewardGuide, args_decode_reusing_greedy
 from persalign.decoding import clean_generation
 from persalign.metrics.ranking import outcomes
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
@@ -101,8 +101,8 @@ def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy)
         for start in range(0, len(val), batch_size):
             guide = RewardGuide(trained.backbone.lm, trained.method, val.users[start : start + batch_size], lam,
                                 config.args.top_k)
-            rows += args_decode(policy.lm, guide, val.prompts[start : start + batch_size],
-                                config.generation.max_new_tokens)
+            rows += args_decode_reusing_greedy(policy.decoded, policy.lm, guide, val.prompts[start : start + batch_size],
+                                               config.generation.max_new_tokens)
         texts = [clean_generation(policy.lm.tokenizer, ids) for ids in rows]
         r1 = float(np.mean([s["rouge1"] for s in ctx.run.rouge.score(texts, references)]) / 100)
         lps = response_logprobs(policy.lm, val.prompts, [policy.formatter.response_ids(t) for t in texts], batch_size,
