@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/persalign run demo -o runs/demo
+	$(BIN)/persalign study demo -o runs/demo
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -93,14 +93,14 @@ def run_tiny(out_dir: Path) -> dict:
     from persalign.config import load_config
     from persalign.runner.run import run
 
-    run(load_config("demo", TINY_ALL_DEPLOYMENTS), out_dir, log=lambda *_: None)
+    run(load_config("demo-baselines", TINY_ALL_DEPLOYMENTS), out_dir, log=lambda *_: None)
     return view(out_dir)
 
 
 def run_tiny_study(out_dir: Path) -> dict:
     from persalign.runner.study import run_study
 
-    (run_dir,) = run_study(["demo"], TINY_STUDY, str(out_dir), quick=True, log=lambda *_: None)
+    (run_dir,) = run_study(["demo-baselines"], TINY_STUDY, str(out_dir), quick=True, log=lambda *_: None)
     return view(run_dir)
 
 
@@ -108,7 +108,7 @@ def run_demo(out_dir: Path) -> dict:
     from persalign.config import load_config
     from persalign.runner.run import run
 
-    run(load_config("demo"), out_dir, log=lambda *_: None)
+    run(load_config("demo-baselines"), out_dir, log=lambda *_: None)  # the demo before issue #18's whole chain
     return view(out_dir)
 
 

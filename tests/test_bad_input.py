@@ -44,7 +44,7 @@ def cli_error(capsys, argv) -> str:
                                    "0 and 1)"),
 ])
 def test_out_of_range_config_values_are_refused_before_any_work(tmp_path, capsys, override, message):
-    line = cli_error(capsys, ["run", "demo", "-o", str(tmp_path / "run"), override])
+    line = cli_error(capsys, ["run", "demo-baselines", "-o", str(tmp_path / "run"), override])
     assert line.startswith("persalign: error: ") and line.endswith(message)
     assert not (tmp_path / "run").exists()
 
@@ -52,7 +52,7 @@ def test_out_of_range_config_values_are_refused_before_any_work(tmp_path, capsys
 def test_a_run_dir_that_is_a_file_is_refused(tmp_path, capsys):
     target = tmp_path / "file.txt"
     target.write_text("keep me")
-    line = cli_error(capsys, ["run", "demo", "-o", str(target)] + TINY)
+    line = cli_error(capsys, ["run", "demo-baselines", "-o", str(target)] + TINY)
     assert line == f"persalign: error: {target}: the run directory is a file; choose another output folder (-o)"
     assert target.read_text() == "keep me"
 
@@ -62,7 +62,7 @@ def test_labels_cannot_leave_the_cell_folder_or_collide(tmp_path, capsys, cache_
     written = [p for p in tmp_path.rglob("*") if p.is_file() and cache_dir not in p.parents]
     assert all(store.root in p.parents for p in written)
     capsys.readouterr()
-    line = cli_error(capsys, ["run", "demo", "-o", str(tmp_path / "b")] + TINY
+    line = cli_error(capsys, ["run", "demo-baselines", "-o", str(tmp_path / "b")] + TINY
                      + ["decoders=[{name: zero_shot, label: 'a b'}, {name: icl, shots: 1, label: 'a_b'}]"])
     assert line.endswith("labels 'a b' and 'a_b' map to the same result folder "
                          "cells/tiny-llama/a_b/seed-0; give one of them another `label`")
@@ -143,7 +143,7 @@ def test_resume_survives_a_write_torn_inside_a_multibyte_character(tmp_path, cac
 def test_a_second_run_on_a_locked_directory_is_refused_in_one_line(tmp_path, capsys, cache_dir):
     target = tmp_path / "run"
     with locked(target):
-        line = cli_error(capsys, ["run", "demo", "-o", str(target)] + TINY)
+        line = cli_error(capsys, ["run", "demo-baselines", "-o", str(target)] + TINY)
     assert line.startswith(f"persalign: error: {target} is in use by pid {os.getpid()} on host ")
     with pytest.raises(RunLockedError):
         with locked(target):
@@ -154,7 +154,7 @@ def test_a_second_run_on_a_locked_directory_is_refused_in_one_line(tmp_path, cap
 def test_two_processes_one_directory_one_refused_the_other_exact(tmp_path, cache_dir):
     """A real second process runs; the in-process run on the same folder is refused; its results are exact."""
     target = tmp_path / "shared"
-    child = subprocess.Popen([sys.executable, "-m", "persalign.cli", "run", "demo", "-o", str(target)] + TINY
+    child = subprocess.Popen([sys.executable, "-m", "persalign.cli", "run", "demo-baselines", "-o", str(target)] + TINY
                              + ["seeds=[0]"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              env={**os.environ, "PERSALIGN_CACHE": str(cache_dir)})
     deadline = time.time() + 120
@@ -310,7 +310,7 @@ def test_loader_errors_name_file_record_and_problem(tmp_path, capsys, fixtures, 
         shutil.copy(fixtures / "lamp5_dev_outputs.json", tmp_path / "dev_outputs.json")
     else:
         path.write_bytes(content)
-    line = cli_error(capsys, ["data", "summary", "demo", f"data.dataset={dataset}", f"data.path={path}",
+    line = cli_error(capsys, ["data", "summary", "demo-baselines", f"data.dataset={dataset}", f"data.path={path}",
                               "data.max_items_per_user=5", "data.embedder=hashing-bow"])
     assert line.startswith(f"persalign: error: {path}, {message}"), line
 
@@ -323,7 +323,7 @@ def test_loader_errors_name_file_record_and_problem(tmp_path, capsys, fixtures, 
 ])
 def test_prism_turns_of_the_wrong_shape_are_named(tmp_path, capsys, mutate, message):
     folder, conversations = prism_folder(tmp_path, mutate)
-    line = cli_error(capsys, ["data", "summary", "demo", "data.dataset=prism", f"data.path={folder}"])
+    line = cli_error(capsys, ["data", "summary", "demo-baselines", "data.dataset=prism", f"data.path={folder}"])
     assert line.startswith(f"persalign: error: {conversations}, record line 1") and line.endswith(message), line
 
 
@@ -332,5 +332,5 @@ def test_identical_chosen_and_rejected_are_dropped_and_reported(tmp_path, capsys
     records[3]["rejected"] = records[3]["chosen"]
     path = tmp_path / "pairs.jsonl"
     path.write_bytes(jsonl_bytes(records))
-    assert cli.main(["data", "summary", "demo", "data.dataset=preferences_jsonl", f"data.path={path}"]) == 0
+    assert cli.main(["data", "summary", "demo-baselines", "data.dataset=preferences_jsonl", f"data.path={path}"]) == 0
     assert "pairs_with_chosen_equal_to_rejected_dropped=1" in capsys.readouterr().out

@@ -5,12 +5,24 @@ from persalign.errors import ConfigError
 
 
 def test_builtin_demo_config_loads_with_overrides():
-    config = load_config("demo", ["seeds=[4, 5]", "generation.batch_size=3", "data.path=/x.jsonl"])
+    config = load_config("demo-baselines", ["seeds=[4, 5]", "generation.batch_size=3", "data.path=/x.jsonl"])
     assert isinstance(config, RunConfig)
     assert config.seeds == [4, 5]
     assert config.generation.batch_size == 3
     assert config.data.path == "/x.jsonl"
     assert [d.name for d in config.decoders] == ["zero_shot", "icl", "icl_rag"]
+
+
+def test_the_builtin_demo_deploys_global_and_personalized_reward_models_with_args_and_best_of_n():
+    """Issue #18: `make demo` shows the whole chain: baselines, two global and two personalized RMs."""
+    from persalign.runner.plan import plan
+
+    config = load_config("demo")
+    assert [d.name for d in config.decoders] == ["zero_shot", "icl", "icl_rag"]
+    assert {"global_rm", "global_rm_v2"} <= {m.name for m in config.methods} and len(config.methods) >= 4
+    assert config.args.enabled and config.best_of_n.enabled
+    deployments = {p.decoder for p in plan(config)}
+    assert {"args", "best_of_n"} <= deployments
 
 
 def test_unknown_keys_are_errors_and_list_valid_keys(tmp_path):
@@ -19,20 +31,20 @@ def test_unknown_keys_are_errors_and_list_valid_keys(tmp_path):
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['min_item_per_user'\].*min_items_per_user"):
         load_config(str(path))
     with pytest.raises(ConfigError, match="unknown key"):
-        load_config("demo", ["generation.temperature=0.5"])
+        load_config("demo-baselines", ["generation.temperature=0.5"])
 
 
 def test_types_are_checked():
     with pytest.raises(ConfigError, match="expected int"):
         from_dict(DataConfig, {"min_items_per_user": "twenty"})
     with pytest.raises(ConfigError, match="expected a list"):
-        load_config("demo", ["seeds=3"])
+        load_config("demo-baselines", ["seeds=3"])
     assert from_dict(DataConfig, {"max_items_per_user": None}).max_items_per_user is None
 
 
 def test_bad_override_syntax_and_missing_config():
     with pytest.raises(ConfigError, match="key=value"):
-        load_config("demo", ["seeds"])
+        load_config("demo-baselines", ["seeds"])
     with pytest.raises(ConfigError, match="not found"):
         load_config("no_such_config")
 
@@ -84,12 +96,12 @@ def test_inline_task_template_from_a_config_or_the_command_line():
     config = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "my_writing.yaml"))
     assert config.data.task == TaskSpec("Write the subject line for this commit message body.", "Commit message",
                                         "Subject line")
-    override = load_config("demo", ["data.task={instruction: Write a title for this review., input_label: Review, "
+    override = load_config("demo-baselines", ["data.task={instruction: Write a title for this review., input_label: Review, "
                                     "output_label: Title}"])
     formatter = PromptFormatter(byte_tokenizer(chat=False), override.data.task)
     text = formatter.tokenizer.decode(formatter.prompt_ids("Great kettle, boils fast."))
     assert text.startswith("Write a title for this review.") and text.endswith("Review: Great kettle, boils fast.\nTitle:")
     with pytest.raises(ConfigError, match=r"data\.task\.output_label: '' is not allowed \(an inline task needs"):
-        load_config("demo", ["data.task={instruction: Write., input_label: Review}"])
+        load_config("demo-baselines", ["data.task={instruction: Write., input_label: Review}"])
     with pytest.raises(ConfigError, match=r"data\.task\.input_label: ' ' is not allowed"):
-        load_config("demo", ["data.task={instruction: Write., input_label: ' ', output_label: Title}"])
+        load_config("demo-baselines", ["data.task={instruction: Write., input_label: ' ', output_label: Title}"])

@@ -71,4 +71,4 @@ def test_rag_returns_the_most_similar_items_first(context):
 
 def test_shots_must_be_positive():
     with pytest.raises(ConfigError, match="shots must be >= 1"):
-        plan(load_config("demo", ["decoders=[{name: icl, shots: 0}]"]))
+        plan(load_config("demo-baselines", ["decoders=[{name: icl, shots: 0}]"]))

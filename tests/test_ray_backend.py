@@ -55,7 +55,7 @@ def _task_lines(log: Path) -> list[list[str]]:
 
 
 def _run_both(config_overrides: list[str], root: Path, options) -> tuple[dict, dict]:
-    config = load_config("demo", config_overrides)
+    config = load_config("demo-baselines", config_overrides)
     run(config, root / "local", log=lambda *_: None)
     run(config, root / "ray", log=lambda *_: None, backend=options)
     return view(root / "local"), view(root / "ray")
@@ -74,7 +74,7 @@ def test_ray_matches_local_and_runs_each_task_once(ray_env, tmp_path):
     assert sum(what.startswith("train ") for what in starts) == 4
 
     lines = []
-    run(load_config("demo", TINY_ALL_DEPLOYMENTS), tmp_path / "ray", log=lines.append, backend=RayOptions())
+    run(load_config("demo-baselines", TINY_ALL_DEPLOYMENTS), tmp_path / "ray", log=lines.append, backend=RayOptions())
     assert any("10 cells, 10 already complete" in line for line in lines)
     assert len(_task_lines(task_log)) == 28  # the re-run started no task
 
@@ -117,7 +117,7 @@ def test_driver_killed_then_rerun_resumes_without_duplicates(tmp_path):
     if ray.is_initialized():
         ray.shutdown()  # this test's drivers start their own Ray instances
     out = tmp_path / "ray"
-    command = [sys.executable, "-m", "persalign.cli", "run", "demo", "-o", str(out), "--backend", "ray",
+    command = [sys.executable, "-m", "persalign.cli", "run", "demo-baselines", "-o", str(out), "--backend", "ray",
                *TINY_ALL_DEPLOYMENTS]
     env = {**os.environ, "PERSALIGN_CACHE": str(tmp_path / "cache")}
     driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -133,7 +133,7 @@ def test_driver_killed_then_rerun_resumes_without_duplicates(tmp_path):
     rerun = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert f"10 cells, {done_before} already complete" in rerun.stdout
-    run(load_config("demo", TINY_ALL_DEPLOYMENTS), tmp_path / "local", log=lambda *_: None)
+    run(load_config("demo-baselines", TINY_ALL_DEPLOYMENTS), tmp_path / "local", log=lambda *_: None)
     resumed = view(out)
     assert_same(view(tmp_path / "local"), resumed)
     for cell in resumed.values():
@@ -150,7 +150,7 @@ def test_a_cell_that_fails_for_good_is_reported_and_the_others_kept(ray_env, tmp
     task_log = Path(os.environ["PERSALIGN_TASK_LOG"])
     task_log.unlink(missing_ok=True)
     overrides = KILL_CONFIG + ["generation.batch_size=4", "methods=[{name: global_rm}, {name: lore}]"]
-    config, out = load_config("demo", overrides), tmp_path / "ray"
+    config, out = load_config("demo-baselines", overrides), tmp_path / "ray"
     damaged = out / "models" / "Global_RM" / "seed-0"
     damaged.mkdir(parents=True)
     (damaged / "head.json").write_text("{")

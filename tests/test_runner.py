@@ -21,7 +21,7 @@ TINY = [
 
 
 def tiny_config(*extra):
-    return load_config("demo", TINY + list(extra))
+    return load_config("demo-baselines", TINY + list(extra))
 
 
 def all_rows(store):
@@ -105,7 +105,7 @@ def test_a_run_dir_of_another_config_is_refused(tmp_path, cache_dir):
 def test_cli_prints_one_clean_error_line(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"user": "a", "input": "x"}\n')
-    code = cli.main(["data", "summary", "demo", "data.dataset=completions_jsonl", f"data.path={bad}",
+    code = cli.main(["data", "summary", "demo-baselines", "data.dataset=completions_jsonl", f"data.path={bad}",
                      "data.embedder=hashing-bow"])
     err = capsys.readouterr().err
     assert code == 2

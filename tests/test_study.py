@@ -101,7 +101,7 @@ def test_tiny_end_to_end_study_writes_reports_index_and_figures(tmp_path, cache_
                         "decoders=[{name: zero_shot}, {name: icl, shots: 1}, {name: icl, shots: 2}, "
                         "{name: icl_rag, shots: 2}]"]
     messages = []
-    (run_dir,) = run_study(["demo"], overrides, str(tmp_path / "study"), quick=True, log=messages.append)
+    (run_dir,) = run_study(["demo-baselines"], overrides, str(tmp_path / "study"), quick=True, log=messages.append)
     assert any(m.startswith("progress ") and "ETA" in m for m in messages)
     assert (tmp_path / "study" / "index.md").read_text().count("- ") >= 2  # findings copied into the index
     report = (run_dir / "report.md").read_text()

@@ -50,9 +50,18 @@ def run_study(configs: list[str], overrides: list[str], out_dir: str | None = No
     index = ["# persalign study", "", f"Wall time of this invocation: {(time.perf_counter() - started) / 60:.1f} min"
              + (" (--quick: " + ", ".join(QUICK_OVERRIDES) + ")" if quick else ""), ""]
     for run_dir in run_dirs:
-        findings = [line for line in (run_dir / "report.md").read_text().splitlines() if line.startswith("- ")]
+        verdict, findings = headline_lines(run_dir / "report.md")
         index += [f"## {run_dir.name}", "", f"[report.md]({run_dir.name}/report.md) · "
-                  f"[report.html]({run_dir.name}/report.html)", ""] + findings + [""]
+                  f"[report.html]({run_dir.name}/report.html)", ""] + verdict + [""] + findings + [""]
+        log("\n".join([f"\n== {run_dir.name}: verdict and findings"] + verdict + findings +
+                       [f"report: {run_dir / 'report.md'}", f"report with Figures 1-3: {run_dir / 'report.html'}"]))
     (root / "index.md").write_text("\n".join(index))
     log(f"study written to {root / 'index.md'}")
     return run_dirs
+
+
+def headline_lines(report_md: Path) -> tuple[list[str], list[str]]:
+    """(the verdict sentences, the findings bullets) of a stored report, as a terminal shows them."""
+    lines = report_md.read_text().splitlines()
+    return [line for line in lines if line.startswith("For these users")], [line for line in lines
+                                                                                if line.startswith("- ")]
