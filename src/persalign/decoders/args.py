@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 
-from persalign.decoders.args_decoding import RewardGuide, args_decode_reusing_greedy
+from persalign.decoders.args_decoding import RewardGuide, args_decode
 from persalign.decoders.args_lambda import choose_lambda
 from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
@@ -63,8 +63,8 @@ class ArgsDeployment(TrainedDeployment):
     def generate(self, batch: PreparedBatch) -> Generated:
         config = self.ctx.run.config
         guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, config.args.top_k)
-        ids = args_decode_reusing_greedy(self.ctx.policy.decoded, self.lm, guide, batch.prompts,
-                                         config.generation.max_new_tokens)
+        # decoded even at λ = 0 (unlike the λ choice): the cell's generation seconds are its cost in the verdict
+        ids = args_decode(self.lm, guide, batch.prompts, config.generation.max_new_tokens)
         return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids])
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:

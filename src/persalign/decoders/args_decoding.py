@@ -257,10 +257,11 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
 def args_decode_reusing_greedy(memo: dict, policy, guide: RewardGuide, prompts: list[list[int]],
                                max_new_tokens: int) -> list[list[int]]:
     """`args_decode`, except that at λ = 0 (greedy: the reward cannot change a choice) a batch of prompts
-    decoded before by the same kind of scorer is reused from `memo` (one per policy): the validation batches
-    of the λ choice and the query batches of λ = 0 deployments are decoded once per policy, not once per
-    method × seed. The key is the whole batch and the scorer kind, so a reused batch is exactly what this
-    call would have computed (a forward's float sums depend on the batch's other rows)."""
+    decoded before by the same kind of scorer is reused from `memo` (one per policy): the λ choice's
+    validation batches at λ = 0 are decoded once per policy, not once per method × seed. The key is the
+    whole batch and the scorer kind, so a reused batch is exactly what this call would have computed (a
+    forward's float sums depend on the batch's other rows). Deployments do not reuse: their generation
+    seconds are their cost."""
     if guide.lam != 0:
         return args_decode(policy, guide, prompts, max_new_tokens)
     key = (guide.method.token_level, guide.lm.model is policy.model, guide.top_k, max_new_tokens,

@@ -51,7 +51,7 @@ class PolicyContext:
     samples: object = None  # decoders.best_of_n_samples.SampleStore, when Best-of-N is on
     memo: dict = field(default_factory=dict)  # policy log-prob sums shared by every cell of this policy
     trained: dict = field(default_factory=dict)  # (method label, seed) -> trained component
-    decoded: dict = field(default_factory=dict)  # ARGS rows at λ = 0 (greedy), per scorer kind and prompt
+    decoded: dict = field(default_factory=dict)  # the λ choice's ARGS batches at λ = 0 (greedy), per scorer kind
     _zero_shot: dict | None = None
 
     def zero_shot_outputs(self) -> dict[str, str]:
