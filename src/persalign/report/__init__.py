@@ -4,5 +4,5 @@
 - study_sections.py: Tables 2, 4, 5, 6, Finding 3 and the generated findings;
 - html.py: report.html, the same tables plus Figures 1-3 as embedded PNGs.
 
-    persalign report runs/demo --format html
+    persalign report runs/demo/demo --format html
 """

@@ -6,7 +6,7 @@ Figures, built only from stored metrics:
 - Figure 2: ROUGE-1, ROUGE-L and BERTScore-F1 per method, ICL variants highlighted;
 - Figure 3: ROUGE-1 vs number of ICL demonstrations, random vs RAG.
 
-    persalign report runs/demo --format html
+    persalign report runs/demo/demo --format html
 """
 
 from __future__ import annotations

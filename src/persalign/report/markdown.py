@@ -1,6 +1,6 @@
 """Paper-style tables from stored results only (Table 9 layout: mean ± std over seeds).
 
-    persalign report runs/demo
+    persalign report runs/demo/demo   # after make demo
 """
 
 from __future__ import annotations

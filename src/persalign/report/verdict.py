@@ -11,7 +11,7 @@ and cost. The sentence under the table is generated from these numbers; where
 the interval of "best ICL variant − best reward method" includes 0 it says the
 data cannot separate them.
 
-    persalign report runs/demo        # the verdict opens every report with generations
+    persalign report runs/demo/demo   # the verdict opens every report with generations
 """
 
 from __future__ import annotations
