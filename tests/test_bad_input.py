@@ -99,6 +99,10 @@ def test_report_on_missing_or_wrong_directories(tmp_path, capsys, finished_run):
     assert cli_error(capsys, ["report", str(root)]).startswith(f"persalign: error: {root / 'config.yaml'}: damaged (")
     (root / "config.yaml").unlink()
     assert "not a run directory" in cli_error(capsys, ["report", str(root)])
+    study = tmp_path / "study"  # `make demo` writes a study: STUDY/demo is the run
+    copy_of(finished_run, study)
+    assert cli_error(capsys, ["report", str(study)]) == \
+        f"persalign: error: {study}: a study directory; report one of its runs: {study / 'copy'}"
 
 
 @pytest.mark.parametrize("damage", ["empty_metrics", "truncated_metrics", "non_utf8_rows", "cut_rows_json",

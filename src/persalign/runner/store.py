@@ -194,6 +194,10 @@ class RunStore:
         """A clear error unless `root` is a run directory with a readable config."""
         if not self.root.exists():
             raise PersalignError(f"{self.root}: no such run directory")
+        runs = sorted(p.parent for p in self.root.glob("*/config.yaml")) if self.root.is_dir() else []
+        if not (self.root / "config.yaml").exists() and runs:
+            raise PersalignError(f"{self.root}: a study directory; report one of its runs: "
+                                 + ", ".join(str(run) for run in runs))
         if not self.root.is_dir() or not (self.root / "config.yaml").exists():
             raise PersalignError(f"{self.root}: not a run directory (no config.yaml; give the folder "
                                  "`persalign run -o` wrote)")
