@@ -253,7 +253,6 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
     return rows.generated
 
 
-
 def args_decode_reusing_greedy(memo: dict, policy, guide: RewardGuide, prompts: list[list[int]],
                                max_new_tokens: int) -> list[list[int]]:
     """`args_decode`, except that at λ = 0 (greedy: the reward cannot change a choice) a batch of prompts

@@ -203,8 +203,9 @@ def run_cells_on_ray(config, out_dir, options: RayOptions, log):
         return store
     ray = _connect(options, log)
     submitter = _Submitter(ray, config, store, options)
+    todo_cells = {planned.cell for planned in todo}
     for planned in cells:
-        if planned in todo:
+        if planned.cell in todo_cells:
             submitter.submit(planned)
         else:
             submitter.baseline_from_store(planned)

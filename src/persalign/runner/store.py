@@ -49,10 +49,10 @@ def check_distinct_dirs(cells: list[Cell]) -> None:
                               f"{cell.relpath()}; give one of them another `label`")
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _atomic_write(path: Path, content: str | bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
+    tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
     tmp.replace(path)
 
 
@@ -167,10 +167,7 @@ class RunStore:
             path = (self.root / relative).resolve()
             if self.root.resolve() not in path.parents:
                 raise PersalignError(f"refusing to write {relative!r}: outside the run directory {self.root}")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(files[relative])
-            tmp.replace(path)
+            _atomic_write(path, files[relative])
 
     def all_metrics(self) -> list[dict]:
         """Every finished cell's metrics; damaged cells are skipped and described in `self.problems`."""

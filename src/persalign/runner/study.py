@@ -23,7 +23,6 @@ from pathlib import Path
 
 from persalign.config import load_config
 from persalign.report.html import build_html_report
-from persalign.report.markdown import build_report
 from persalign.runner.run import run
 
 QUICK_OVERRIDES = [
@@ -44,8 +43,7 @@ def run_study(configs: list[str], overrides: list[str], out_dir: str | None = No
         log(f"study {number}/{len(loaded)}: {config.name} ({len(config.policies)} policy models, "
             f"{len(config.methods)} methods, {len(config.decoders)} decoders, {len(config.seeds)} seeds)")
         store = run(config, root / config.name, log=log, backend=backend)
-        build_report(store.root)
-        build_html_report(store.root)
+        build_html_report(store.root)  # writes report.md too, from one analysis of the run
         run_dirs.append(store.root)
     index = ["# persalign study", "", f"Wall time of this invocation: {(time.perf_counter() - started) / 60:.1f} min"
              + (" (--quick: " + ", ".join(QUICK_OVERRIDES) + ")" if quick else ""), ""]
