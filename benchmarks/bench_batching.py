@@ -6,11 +6,13 @@ headline as the response; (b) an uneven long-input set built from the same
 data: item k concatenates the descriptions of articles k .. k + (k mod 12),
 so inputs run from one article to twelve, as real users' writing does. For each: processed (padded) ÷ real
 tokens of both batchings, and with --time the wall time and peak memory of
-the policy log-prob pass (persalign.scoring.response_logprobs) both ways,
-each in its own process so the peaks do not mix.
+the policy log-prob pass (persalign.scoring.response_logprobs) and of greedy
+generation (20 new tokens, batches planned by persalign.batching.plan_generation
+as the evaluator plans a cell) both ways, each in its own process so the peaks
+do not mix.
 
     python benchmarks/bench_batching.py              # token counts only (seconds)
-    python benchmarks/bench_batching.py --time       # also time the log-prob pass both ways
+    python benchmarks/bench_batching.py --time       # also time the log-prob pass and generation both ways
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from common import emit, machine, news_query_pairs, peak_memory_mib
 from persalign.batching import default_budget, padding_ratio, plan_batches
 
 BATCH_SIZE = 16
+MAX_NEW_TOKENS = 20  # the news configs' generation.max_new_tokens
 
 
 def sequences(which: str, limit: int | None) -> tuple[list[list[int]], list[list[int]]]:
@@ -61,7 +64,12 @@ def token_figures(prompts, responses, budget: int) -> dict:
 
 
 def time_pass(which: str, mode: str, limit: int | None) -> dict:
-    """One log-prob pass over the set, `mode` = data_order (the old batching) or sorted (persalign's)."""
+    """The log-prob pass and greedy generation over the set, `mode` = data_order (fixed batches of
+    BATCH_SIZE in data order, the old batching) or sorted (persalign's token-budget plan)."""
+    from types import SimpleNamespace
+
+    from persalign.batching import plan_generation
+    from persalign.decoding import decode, greedy
     from persalign.models.loading import load_causal_lm
     from persalign.scoring import _logprobs_batch, response_logprobs
 
@@ -74,12 +82,20 @@ def time_pass(which: str, mode: str, limit: int | None) -> dict:
         pairs = list(zip(prompts, responses))
         for s in range(0, len(pairs), BATCH_SIZE):
             _logprobs_batch(lm, pairs[s : s + BATCH_SIZE])
-    return {"seconds": time.perf_counter() - start, "peak_memory_mib": peak_memory_mib()}
+    logprob_seconds = time.perf_counter() - start
+    generation = SimpleNamespace(max_new_tokens=MAX_NEW_TOKENS, token_budget=None, batch_size=BATCH_SIZE)
+    plan = (plan_generation(prompts, generation, lm.device) if mode == "sorted" else
+            [list(range(s, min(s + BATCH_SIZE, len(prompts)))) for s in range(0, len(prompts), BATCH_SIZE)])
+    start = time.perf_counter()
+    for batch in plan:
+        decode(lm, [prompts[i] for i in batch], greedy, MAX_NEW_TOKENS)
+    return {"logprob_seconds": logprob_seconds, "generation_seconds": time.perf_counter() - start,
+            "generation_batches": len(plan), "peak_memory_mib": peak_memory_mib()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--time", action="store_true", help="also time the log-prob pass both ways")
+    parser.add_argument("--time", action="store_true", help="also time the log-prob pass and generation both ways")
     parser.add_argument("--limit", type=int, default=None, help="query items per set (default: all)")
     parser.add_argument("--child", nargs=2, metavar=("SET", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()

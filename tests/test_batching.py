@@ -91,3 +91,52 @@ def test_args_at_lambda_zero_is_decoded_once_per_policy_not_per_method(monkeypat
     assert one > query_batches and two == one + query_batches, (one, two)
     generations = {label: [row["generation"] for row in cell["rows"]] for label, cell in results.items()}
     assert generations["Global RM | seed 0"] == generations["LoRE | seed 0"]
+
+
+def test_a_cell_runs_in_length_sorted_budget_batches_and_stores_rows_in_example_order(tmp_path, cache_dir):
+    """Issue #19: the one evaluator batches a cell's examples by prompt length within the token budget
+    (before: fixed batches in data order), and rows.jsonl keeps the examples' order whatever the batching."""
+    from persalign.runner.run import open_store, run, run_context
+    from persalign.runner.store import Cell
+
+    overrides = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]", "seeds=[0]",
+                 "generation.max_new_tokens=4", "generation.batch_size=8", "generation.token_budget=3000",
+                 "split.max_query_per_user=4", "decoders=[{name: icl, shots: 2}]"]
+    config = load_config("demo-baselines", overrides)
+    store = run(config, tmp_path / "run", log=lambda *_: None)
+    rows = store.read_rows(Cell("tiny-llama", "ICL (2-shot)", 0))
+    batches: dict[int, list[int]] = {}
+    for row in rows:
+        batches.setdefault(row["batch"], []).append(row["prompt_tokens"] + 4)
+    widths = [batches[b] for b in sorted(batches)]
+    assert len(widths) > 2
+    for lengths in widths:
+        assert len(lengths) <= 8 and (len(lengths) == 1 or len(lengths) * row_cost(max(lengths)) <= 3000)
+    assert all(max(a) <= min(b) for a, b in zip(widths, widths[1:])), widths  # shortest prompts first
+    examples = run_context(config, open_store(config, tmp_path / "run", lambda *_: None)[0], lambda *_: None).examples
+    assert [row["id"] for row in rows] == [ex.id for ex in examples]
+
+
+def test_best_of_n_samples_do_not_depend_on_how_a_cell_is_batched(tmp_path, tiny_lm):
+    """Issue #19: samples are drawn in fixed groups of the run's examples, so asking for them in other
+    batches (another token budget, another deployment's prompt lengths) draws the same texts
+    (before: one generator per evaluator batch, keyed by its first example)."""
+    from persalign.config import BestOfNConfig
+    from persalign.decoders.best_of_n_samples import SampleStore
+    from persalign.prompts import PromptFormatter
+    from persalign.records import Comparison
+    from persalign.runner.evaluate import Example
+
+    examples = [Example(Comparison(f"q{i}", f"u{i % 2}", f"prompt number {i} " * (1 + i % 3), "a", "b"), None)
+                for i in range(6)]
+    formatter = PromptFormatter(tiny_lm.tokenizer, "headline", 200)
+
+    def store(name):
+        return SampleStore(tmp_path / name, tiny_lm, formatter, [], BestOfNConfig(enabled=True, ns=[1, 2]), 5,
+                           [examples[:4], examples[4:]])
+
+    whole = store("whole").get(examples, seed=3)
+    parts = store("parts")
+    pieces = parts.get([examples[5], examples[0]], seed=3) + parts.get(examples[1:5], seed=3)
+    by_id = {r["id"]: r["samples"] for r in pieces}
+    assert [r["samples"] for r in whole] == [by_id[ex.id] for ex in examples]

@@ -65,6 +65,17 @@ def map_batched(items: Sequence[T], lengths: Sequence[int], run_batch: Callable[
     return results
 
 
+def plan_generation(prompts: Sequence[Sequence[int]], generation, device) -> list[list[int]]:
+    """Batches for decoding `prompts`: a row costs its prompt plus the tokens it may generate.
+
+    `generation` is the run's GenerationConfig (max_new_tokens, token_budget, batch_size). Every
+    decoding pass (cells, the λ choice, the win rate's zero-shot outputs) plans with this one rule,
+    so the same prompts are always decoded in the same batches.
+    """
+    lengths = [len(p) + generation.max_new_tokens for p in prompts]
+    return plan_batches(lengths, generation.token_budget or default_budget(device), generation.batch_size)
+
+
 def padding_ratio(lengths: Sequence[int], batches: list[list[int]]) -> float:
     """Processed (padded) tokens ÷ real tokens of a batching: 1.0 means no padding."""
     real = sum(lengths)

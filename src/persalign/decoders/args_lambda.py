@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
+from persalign.batching import plan_generation
 from persalign.decoders.args_decoding import RewardGuide, args_decode_reusing_greedy
 from persalign.decoding import clean_generation
 from persalign.metrics.ranking import outcomes
@@ -97,12 +98,14 @@ def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy)
     out = {"rouge1": [], "inverse_perplexity": [], "harmonic": []}
     for lam, acc in tqdm(list(zip(config.args.lambdas, accuracy)), desc="choosing λ (ARGS on validation)",
                          leave=False):
-        rows = []
-        for start in range(0, len(val), batch_size):
-            guide = RewardGuide(trained.backbone.lm, trained.method, val.users[start : start + batch_size], lam,
+        rows: list = [None] * len(val)
+        for batch in plan_generation(val.prompts, config.generation, policy.lm.device):
+            guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i in batch], lam,
                                 config.args.top_k)
-            rows += args_decode_reusing_greedy(policy.decoded, policy.lm, guide, val.prompts[start : start + batch_size],
-                                               config.generation.max_new_tokens)
+            decoded = args_decode_reusing_greedy(policy.decoded, policy.lm, guide, [val.prompts[i] for i in batch],
+                                                 config.generation.max_new_tokens)
+            for i, ids in zip(batch, decoded):
+                rows[i] = ids
         texts = [clean_generation(policy.lm.tokenizer, ids) for ids in rows]
         r1 = float(np.mean([s["rouge1"] for s in ctx.run.rouge.score(texts, references)]) / 100)
         lps = response_logprobs(policy.lm, val.prompts, [policy.formatter.response_ids(t) for t in texts], batch_size,

@@ -7,7 +7,10 @@ N share one sample set, as the benchmark does, so quality-vs-N curves are
 not confounded by resampling. The samples of each query prompt are drawn
 ONCE per policy × seed (seeded, stored in RUN_DIR/samples/POLICY/seed-N.jsonl
 with their ROUGE / BERTScore against the user's text when there is one) and
-reused by every method.
+reused by every method. Samples are drawn in fixed groups of query items
+(`draws`: the run's examples in data order, batch_size at a time), never in the
+evaluator's batches: a sampled text then does not depend on how a cell is batched
+(the token budget, the prompt lengths of another deployment).
 
     python -c "from persalign.decoders.best_of_n_samples import nested_best; print(nested_best([[0.1, 0.9, 0.3, 0.5]], [1, 2, 4]))"
 """
@@ -62,6 +65,7 @@ class SampleStore:
     metrics: list
     bon: object  # BestOfNConfig
     max_new_tokens: int
+    draws: list[list] = field(default_factory=list)  # query examples drawn together (one generator per group)
     loaded: dict = field(default_factory=dict)  # seed -> {example id: record}: the file is read once per seed
 
     def path(self, seed: int):
@@ -77,19 +81,24 @@ class SampleStore:
 
     def get(self, batch, seed: int) -> list[dict]:
         known = self._known(seed)
-        missing = [ex for ex in batch if ex.id not in known]
-        if missing:
-            prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in missing]
-            n = max(self.bon.ns)
-            choose = sampler(seed, missing[0].id, self.bon.temperature)
-            texts = sample_responses(self.policy, prompts, n, self.max_new_tokens, choose)
-            path = self.path(seed)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with path.open("a", encoding="utf-8") as handle:
-                for ex, samples in zip(missing, texts):
-                    reference = ex.completion.reference if ex.completion else None
-                    scores = score_generations(self.metrics, samples, [reference] * n) if reference else [{}] * n
-                    record = {"id": ex.id, "samples": samples, "scores": scores}
-                    known[ex.id] = record
-                    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        wanted = {ex.id for ex in batch if ex.id not in known}
+        groups = [g for g in self.draws if any(ex.id in wanted for ex in g)]
+        grouped = {ex.id for g in groups for ex in g}
+        for group in groups + [[ex] for ex in batch if ex.id in wanted and ex.id not in grouped]:
+            self._draw([ex for ex in group if ex.id not in known], seed, known)
         return [known[ex.id] for ex in batch]
+
+    def _draw(self, missing: list, seed: int, known: dict) -> None:
+        prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in missing]
+        n = max(self.bon.ns)
+        choose = sampler(seed, missing[0].id, self.bon.temperature)
+        texts = sample_responses(self.policy, prompts, n, self.max_new_tokens, choose)
+        path = self.path(seed)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a", encoding="utf-8") as handle:
+            for ex, samples in zip(missing, texts):
+                reference = ex.completion.reference if ex.completion else None
+                scores = score_generations(self.metrics, samples, [reference] * n) if reference else [{}] * n
+                record = {"id": ex.id, "samples": samples, "scores": scores}
+                known[ex.id] = record
+                handle.write(json.dumps(record, ensure_ascii=False) + "\n")

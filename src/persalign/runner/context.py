@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
+from persalign.batching import plan_generation
 from persalign.config import RunConfig
 from persalign.decoders.base import EvalContext, properties_of
 from persalign.decoding import generate_texts
@@ -59,12 +60,12 @@ class PolicyContext:
         if self._zero_shot is None:
             self._zero_shot = self._stored_zero_shot()
             missing = [ex for ex in self.run.examples if ex.id not in self._zero_shot]
-            size, max_new = self.run.config.generation.batch_size, self.run.config.generation.max_new_tokens
-            for start in range(0, len(missing), size):
-                batch = missing[start : start + size]
-                prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history)
-                           for ex in batch]
-                self._zero_shot.update(zip([ex.id for ex in batch], generate_texts(self.lm, prompts, max_new)))
+            prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history)
+                       for ex in missing]
+            generation = self.run.config.generation
+            for batch in plan_generation(prompts, generation, self.lm.device):  # as the Zero-Shot cell batches
+                texts = generate_texts(self.lm, [prompts[i] for i in batch], generation.max_new_tokens)
+                self._zero_shot.update(zip([missing[i].id for i in batch], texts))
         return self._zero_shot
 
     def _stored_zero_shot(self) -> dict[str, str]:

@@ -1,11 +1,13 @@
 """The one evaluator: any deployment, any cell, batch by batch through the run store.
 
-For each batch of query examples not yet on disk: the deployment builds the
-prompts, generates (where the data has the users' own outputs to compare
-with), ranks each (chosen, rejected) pair with its own scoring function, and
-the generation is scored against the user's own text; one row per example is
-appended to the cell's rows.jsonl with the batch's stage timings. When every
-batch is stored the cell's metrics.json is written from the rows.
+The query examples are batched by length within a token budget (shortest
+prompts first, persalign.batching), so a batch pads only to its own longest
+prompt. For each batch not yet on disk: the deployment builds the prompts, generates (where the data has the users' own outputs to compare
+with), ranks each (chosen, rejected) pair with its own scoring function; one row per
+example is appended to the cell's rows.jsonl with the batch's stage timings. When every
+batch is stored the rows are put back in the examples' order, the generations
+are scored against the users' own texts, and the cell's metrics.json is written
+from them.
 
     persalign run demo -o runs/demo
 """
@@ -19,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from persalign.batching import plan_generation
 from persalign.decoders.base import Generated, PairScores
 from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
@@ -57,7 +60,7 @@ def timed(timings: dict, key: str):
 
 
 def evaluate_batch(deployment, generate: bool, metrics: list, batch: list[Example], index: int):
-    """One batch of any deployment: (rows, stage timings)."""
+    """One batch of any deployment: (rows, stage timings). Generations are scored when the cell ends."""
     timings = {"batch": index}
     with timed(timings, "prompts_s"):
         prepared = deployment.prepare(batch)
@@ -67,18 +70,29 @@ def evaluate_batch(deployment, generate: bool, metrics: list, batch: list[Exampl
             generated = deployment.generate(prepared)
     with timed(timings, "scoring_s"):
         pairs = deployment.score_pairs(prepared, generated if generate else None)
+    known = generated.scores if generate and generated is not None and generated.scores is not None else None
+    return _rows(prepared, index, generated, pairs, known or [{} for _ in batch]), timings
+
+
+def score_finished_cell(run, rows: list[dict]) -> tuple[list[dict], dict]:
+    """Score every generation not yet scored, in the examples' order, batch_size at a time.
+
+    Not in the cell's own batches: a learned metric's forward (BERTScore) depends in float
+    noise on which texts share its batch, and the cell's batches depend on its prompts'
+    lengths; scoring in fixed data-order groups keeps every reported score independent of
+    the batching. Rows already scored (Best-of-N's stored samples, a resumed cell) are kept.
+    """
+    columns = [c for metric in run.metrics for c in metric.columns]
+    todo = [i for i, r in enumerate(rows) if run.generates and r.get("generation") is not None
+            and not all(c in r for c in columns)]
+    size, timings = run.config.generation.batch_size, {"batch": "metrics"}
     with timed(timings, "metrics_s"):
-        scores = generation_scores(metrics, generate, generated, batch)
-    return _rows(prepared, index, generated, pairs, scores), timings
-
-
-def generation_scores(metrics: list, generate: bool, generated: Generated | None, batch) -> list[dict]:
-    """Each generation against its example's reference (none for pair-only data; known ones are reused)."""
-    if not generate or generated is None:
-        return [{} for _ in batch]
-    if generated.scores is not None:
-        return generated.scores
-    return score_generations(metrics, generated.texts, [ex.reference for ex in batch])
+        for start in range(0, len(todo), size):
+            group = [rows[i] for i in todo[start : start + size]]
+            scores = score_generations(run.metrics, [r["generation"] for r in group], [r["reference"] for r in group])
+            for row, score in zip(group, scores):
+                row.update(score)
+    return rows, timings
 
 
 def _rows(prepared, index: int, generated: Generated | None, pairs: PairScores, scores: list[dict]) -> list[dict]:
@@ -131,8 +145,7 @@ def run_cell(deployment, ctx) -> dict:
     """Evaluate every batch of the cell not yet on disk, then write its metrics.json."""
     run, cell = ctx.run, ctx.cell
     deployment.begin()
-    size = run.config.generation.batch_size
-    batches = [run.examples[i : i + size] for i in range(0, len(run.examples), size)]
+    batches = cell_batches(deployment, ctx)
     done = run.store.completed_batches(cell, [[ex.id for ex in b] for b in batches])
     label = f"{cell.decoder} | {cell.policy} | seed {cell.seed}"
     for index, batch in enumerate(tqdm(batches, desc=label, unit="batch", initial=0, leave=False)):
@@ -141,10 +154,27 @@ def run_cell(deployment, ctx) -> dict:
         rows, timings = evaluate_batch(deployment, run.generates, run.metrics, batch, index)
         run.store.append(cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
         run.store.append(cell, "timings.jsonl", [timings])
-    rows = run.store.read_rows(cell)
+    rows, timings = score_finished_cell(run, in_example_order(run.store.read_rows(cell), run.examples))
+    run.store.rewrite_rows(cell, rows)  # in the examples' order: the stored rows do not depend on the batching
+    run.store.append(cell, "timings.jsonl", [timings])
     metrics = deployment.finish(cell_metrics(deployment, ctx, rows), rows)
     run.store.write_metrics(cell, metrics)
     return metrics
+
+
+def cell_batches(deployment, ctx) -> list[list[Example]]:
+    """The cell's examples in token-budget batches, shortest prompt first; `batch_size` caps each batch.
+
+    The plan depends only on the prompts and the config, so a resumed cell gets the same batches.
+    """
+    examples = ctx.run.examples
+    plan = plan_generation(deployment.prepare(examples).prompts, ctx.run.config.generation, ctx.policy.lm.device)
+    return [[examples[i] for i in batch] for batch in plan]
+
+
+def in_example_order(rows: list[dict], examples: list[Example]) -> list[dict]:
+    position = {ex.id: i for i, ex in enumerate(examples)}
+    return sorted(rows, key=lambda row: position.get(row["id"], len(position)))
 
 
 def cell_metrics(deployment, ctx, rows: list[dict]) -> dict:

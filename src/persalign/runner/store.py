@@ -147,6 +147,9 @@ class RunStore:
             self._rewrite(cell, name, records)
         return records
 
+    def rewrite_rows(self, cell: Cell, rows: list[dict]) -> None:
+        self._rewrite(cell, "rows.jsonl", rows)
+
     def _rewrite(self, cell: Cell, name: str, records: list[dict]) -> None:
         _atomic_write(self.cell_dir(cell) / name, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
