@@ -73,6 +73,9 @@ def time_pass(which: str, mode: str, limit: int | None) -> dict:
     from persalign.models.loading import load_causal_lm
     from persalign.scoring import _logprobs_batch, response_logprobs
 
+    import torch
+
+    torch.set_grad_enabled(False)  # _logprobs_batch is the inner step of a no_grad function
     prompts, responses = sequences(which, limit)
     lm = load_causal_lm("smollm2-135m-instruct")
     start = time.perf_counter()
