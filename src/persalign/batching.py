@@ -65,6 +65,11 @@ def map_batched(items: Sequence[T], lengths: Sequence[int], run_batch: Callable[
     return results
 
 
+def fixed_groups(items: Sequence[T], size: int) -> list[list[T]]:
+    """`items` in data order, `size` at a time: for work whose result must not depend on any plan."""
+    return [list(items[start : start + size]) for start in range(0, len(items), size)]
+
+
 def plan_generation(prompts: Sequence[Sequence[int]], generation, device) -> list[list[int]]:
     """Batches for decoding `prompts`: a row costs its prompt plus the tokens it may generate.
 

@@ -2,9 +2,10 @@
 
 The query examples are batched by length within a token budget (shortest
 prompts first, persalign.batching), so a batch pads only to its own longest
-prompt. For each batch not yet on disk: the deployment builds the prompts, generates (where the data has the users' own outputs to compare
-with), ranks each (chosen, rejected) pair with its own scoring function; one row per
-example is appended to the cell's rows.jsonl with the batch's stage timings. When every
+prompt. For each batch not yet on disk: the deployment builds the prompts,
+generates (where the data has the users' own outputs to compare with), ranks
+each (chosen, rejected) pair with its own scoring function; one row per example
+is appended to the cell's rows.jsonl with the batch's stage timings. When every
 batch is stored the rows are put back in the examples' order, the generations
 are scored against the users' own texts, and the cell's metrics.json is written
 from them.
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from persalign.batching import plan_generation
+from persalign.batching import fixed_groups, plan_generation
 from persalign.decoders.base import Generated, PairScores
 from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
@@ -59,7 +60,7 @@ def timed(timings: dict, key: str):
     timings[key] = time.perf_counter() - start
 
 
-def evaluate_batch(deployment, generate: bool, metrics: list, batch: list[Example], index: int):
+def evaluate_batch(deployment, generate: bool, batch: list[Example], index: int):
     """One batch of any deployment: (rows, stage timings). Generations are scored when the cell ends."""
     timings = {"batch": index}
     with timed(timings, "prompts_s"):
@@ -70,7 +71,7 @@ def evaluate_batch(deployment, generate: bool, metrics: list, batch: list[Exampl
             generated = deployment.generate(prepared)
     with timed(timings, "scoring_s"):
         pairs = deployment.score_pairs(prepared, generated if generate else None)
-    known = generated.scores if generate and generated is not None and generated.scores is not None else None
+    known = generated.scores if generate and generated else None  # Best-of-N's stored sample scores
     return _rows(prepared, index, generated, pairs, known or [{} for _ in batch]), timings
 
 
@@ -82,13 +83,10 @@ def score_finished_cell(run, rows: list[dict]) -> tuple[list[dict], dict]:
     lengths; scoring in fixed data-order groups keeps every reported score independent of
     the batching. Rows already scored (Best-of-N's stored samples, a resumed cell) are kept.
     """
-    columns = [c for metric in run.metrics for c in metric.columns]
-    todo = [i for i, r in enumerate(rows) if run.generates and r.get("generation") is not None
-            and not all(c in r for c in columns)]
-    size, timings = run.config.generation.batch_size, {"batch": "metrics"}
+    columns, timings = [c for metric in run.metrics for c in metric.columns], {"batch": "metrics"}
+    todo = [r for r in rows if r.get("generation") is not None and not all(c in r for c in columns)]
     with timed(timings, "metrics_s"):
-        for start in range(0, len(todo), size):
-            group = [rows[i] for i in todo[start : start + size]]
+        for group in fixed_groups(todo if run.generates else [], run.config.generation.batch_size):
             scores = score_generations(run.metrics, [r["generation"] for r in group], [r["reference"] for r in group])
             for row, score in zip(group, scores):
                 row.update(score)
@@ -151,7 +149,7 @@ def run_cell(deployment, ctx) -> dict:
     for index, batch in enumerate(tqdm(batches, desc=label, unit="batch", initial=0, leave=False)):
         if index in done:
             continue
-        rows, timings = evaluate_batch(deployment, run.generates, run.metrics, batch, index)
+        rows, timings = evaluate_batch(deployment, run.generates, batch, index)
         run.store.append(cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
         run.store.append(cell, "timings.jsonl", [timings])
     rows, timings = score_finished_cell(run, in_example_order(run.store.read_rows(cell), run.examples))

@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from persalign.batching import fixed_groups
 from persalign.config import RunConfig, to_dict
 from persalign.config_checks import validate
 from persalign.data.build import build_dataset
@@ -121,9 +122,7 @@ def load_policy(config: RunConfig, policy: str):
 def policy_context(run_ctx: RunContext, lm) -> PolicyContext:
     config = run_ctx.config
     formatter = PromptFormatter(lm.tokenizer, run_ctx.dataset.task, config.generation.max_prompt_tokens)
-    size = config.generation.batch_size
-    examples = run_ctx.examples
-    draws = [examples[start : start + size] for start in range(0, len(examples), size)]  # not the cells' batches
+    draws = fixed_groups(run_ctx.examples, config.generation.batch_size)  # not the cells' batches
     samples = SampleStore(run_ctx.store.root, lm, formatter, run_ctx.metrics, config.best_of_n,
                           config.generation.max_new_tokens, draws)
     return PolicyContext(run_ctx, lm, formatter, samples)
