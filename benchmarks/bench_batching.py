@@ -6,13 +6,15 @@ headline as the response; (b) an uneven long-input set built from the same
 data: item k concatenates the descriptions of articles k .. k + (k mod 12),
 so inputs run from one article to twelve, as real users' writing does. For each: processed (padded) ÷ real
 tokens of both batchings, and with --time the wall time and peak memory of
-the policy log-prob pass (persalign.scoring.response_logprobs) and of greedy
+the frozen reward-feature pass (persalign.rewards.backbone; before: distinct
+prompts 16 at a time in data order, padded), of the policy log-prob pass (persalign.scoring.response_logprobs) and of greedy
 generation (20 new tokens, batches planned by persalign.batching.plan_generation
 as the evaluator plans a cell) both ways, each in its own process so the peaks
 do not mix.
 
     python benchmarks/bench_batching.py              # token counts only (seconds)
-    python benchmarks/bench_batching.py --time       # also time the log-prob pass and generation both ways
+    python benchmarks/bench_batching.py --time       # also time the three passes both ways
+    python benchmarks/bench_batching.py --time --budget 8192 --only sorted   # another token budget
 """
 
 from __future__ import annotations
@@ -63,9 +65,26 @@ def token_figures(prompts, responses, budget: int) -> dict:
             "batches_data_order": len(in_order), "batches_sorted": len(sorted_batches)}
 
 
-def time_pass(which: str, mode: str, limit: int | None) -> dict:
-    """The log-prob pass and greedy generation over the set, `mode` = data_order (fixed batches of
-    BATCH_SIZE in data order, the old batching) or sorted (persalign's token-budget plan)."""
+def feature_pass(lm, prompts, responses, mode: str, budget: int) -> float:
+    """Seconds of the frozen reward-feature pass over the set (no cache on disk)."""
+    from persalign.rewards.backbone import RewardBackbone
+    from persalign.scoring import continue_from_prefill
+
+    backbone = RewardBackbone(lm, "bench")
+    backbone.token_budget = budget
+    start = time.perf_counter()
+    if mode == "sorted":
+        backbone.states(prompts, responses)
+    else:  # the pass before issue #19 (each set's prompts are distinct): padded prefill, padded continuation
+        for s in range(0, len(prompts), BATCH_SIZE):
+            state = backbone._prefill_keeping_last_state([tuple(p) for p in prompts[s : s + BATCH_SIZE]])
+            continue_from_prefill(lm, state, list(range(state.mask.shape[0])), responses[s : s + BATCH_SIZE])
+    return time.perf_counter() - start
+
+
+def time_pass(which: str, mode: str, limit: int | None, budget: int) -> dict:
+    """The feature pass, the log-prob pass and greedy generation over the set, `mode` = data_order
+    (fixed batches of BATCH_SIZE in data order, the old batching) or sorted (the token-budget plan)."""
     from types import SimpleNamespace
 
     from persalign.batching import plan_generation
@@ -78,42 +97,45 @@ def time_pass(which: str, mode: str, limit: int | None) -> dict:
     torch.set_grad_enabled(False)  # _logprobs_batch is the inner step of a no_grad function
     prompts, responses = sequences(which, limit)
     lm = load_causal_lm("smollm2-135m-instruct")
+    feature_seconds = feature_pass(lm, prompts, responses, mode, budget)
     start = time.perf_counter()
     if mode == "sorted":
-        response_logprobs(lm, prompts, responses, BATCH_SIZE)
+        response_logprobs(lm, prompts, responses, BATCH_SIZE, budget)
     else:
         pairs = list(zip(prompts, responses))
         for s in range(0, len(pairs), BATCH_SIZE):
             _logprobs_batch(lm, pairs[s : s + BATCH_SIZE])
     logprob_seconds = time.perf_counter() - start
-    generation = SimpleNamespace(max_new_tokens=MAX_NEW_TOKENS, token_budget=None, batch_size=BATCH_SIZE)
+    generation = SimpleNamespace(max_new_tokens=MAX_NEW_TOKENS, token_budget=budget, batch_size=BATCH_SIZE)
     plan = (plan_generation(prompts, generation, lm.device) if mode == "sorted" else
             [list(range(s, min(s + BATCH_SIZE, len(prompts)))) for s in range(0, len(prompts), BATCH_SIZE)])
     start = time.perf_counter()
     for batch in plan:
         decode(lm, [prompts[i] for i in batch], greedy, MAX_NEW_TOKENS)
-    return {"logprob_seconds": logprob_seconds, "generation_seconds": time.perf_counter() - start,
+    return {"feature_seconds": feature_seconds, "logprob_seconds": logprob_seconds, "generation_seconds": time.perf_counter() - start,
             "generation_batches": len(plan), "peak_memory_mib": peak_memory_mib()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--time", action="store_true", help="also time the log-prob pass and generation both ways")
+    parser.add_argument("--time", action="store_true", help="also time the three passes both ways")
     parser.add_argument("--limit", type=int, default=None, help="query items per set (default: all)")
+    parser.add_argument("--budget", type=int, default=default_budget("cpu"), help="token budget of the sorted plan")
+    parser.add_argument("--only", choices=("data_order", "sorted"), help="time one batching only")
     parser.add_argument("--child", nargs=2, metavar=("SET", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(time_pass(args.child[0], args.child[1], args.limit)))
+        print(json.dumps(time_pass(args.child[0], args.child[1], args.limit, args.budget)))
         return
-    result = {"benchmark": "batching", "budget": default_budget("cpu"), "batch_size": BATCH_SIZE, "sets": {}}
+    result = {"benchmark": "batching", "budget": args.budget, "batch_size": BATCH_SIZE, "sets": {}}
     for which in ("icl8", "long"):
         figures = token_figures(*sequences(which, args.limit), result["budget"])
         if args.time:
-            for mode in ("data_order", "sorted"):
-                command = [sys.executable, __file__, "--child", which, mode] + (
+            for mode in [args.only] if args.only else ["data_order", "sorted"]:
+                command = [sys.executable, __file__, "--child", which, mode, "--budget", str(args.budget)] + (
                     ["--limit", str(args.limit)] if args.limit else [])
                 out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
-                figures[f"logprob_pass_{mode}"] = json.loads(out.strip().splitlines()[-1])
+                figures[f"passes_{mode}"] = json.loads(out.strip().splitlines()[-1])
         result["sets"][which] = figures
         print(which, json.dumps(figures))
     result["machine"] = machine()

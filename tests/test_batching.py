@@ -26,6 +26,13 @@ def test_an_item_over_the_budget_gets_a_batch_of_its_own():
     assert plan_batches([10, 5000, 12], budget=100) == [[0, 2], [1]]
 
 
+def test_same_length_batches_hold_one_length_and_still_respect_the_caps():
+    lengths = [7, 3, 7, 3, 3, 9, 7]
+    batches = plan_batches(lengths, budget=1000, max_items=2, same_length=True)
+    assert batches == [[1, 3], [4], [0, 2], [6], [5]]
+    assert padding_ratio(lengths, batches) == 1.0
+
+
 def test_results_come_back_in_the_original_order():
     items = ["ccc", "a", "bbbbb", "dd"]
     seen = []

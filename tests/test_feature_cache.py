@@ -10,7 +10,7 @@ def test_feature_cache_appends_shards_with_only_new_entries_and_reloads_them(tin
     data = toy_pairs(tiny_lm, 6, 0)
     first = RewardBackbone(tiny_lm, "tiny-cache", tmp_path)
     states = first.states(data.prompts[:3], data.chosen[:3])
-    folder = tmp_path / "features" / "tiny-cache"
+    folder = first.cache_path
     assert len(list(folder.glob("shard-*.safetensors"))) == 1
     first.states(data.prompts[:3], data.chosen[:3])  # all cached: nothing written
     assert len(list(folder.glob("shard-*.safetensors"))) == 1
@@ -51,3 +51,27 @@ def test_states_before_reuse_the_cached_states_and_equal_a_shifted_forward(tiny_
         del older._cache[key]
     for a, b in zip(before, older.states_before(data.prompts, data.chosen)):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_a_frozen_feature_is_the_same_whatever_else_is_computed_with_it(tiny_lm, tmp_path):
+    """Cached features are shared across runs, so they must not depend on their batch (or on what the
+    cache held): before, a pair padded beside a longer prompt or response got different floats."""
+    data = toy_pairs(tiny_lm, 6, 0)
+    alone = RewardBackbone(tiny_lm, "tiny-alone").states(data.prompts[:1], data.chosen[:1])[0]
+    longer_prompt = data.prompts[1] + data.prompts[2]
+    longer_response = data.chosen[1] + data.chosen[2] + data.chosen[3]
+    crowd = RewardBackbone(tiny_lm, "tiny-crowd")
+    crowd.token_budget = 10_000
+    together = crowd.states([longer_prompt, data.prompts[0], data.prompts[0]],
+                            [data.chosen[1], data.chosen[0], longer_response])
+    assert torch.equal(alone, together[1])
+    assert crowd.prompt_states(data.prompts[:1])[0].equal(
+        RewardBackbone(tiny_lm, "tiny-alone-prompt").prompt_states(data.prompts[:1])[0])
+
+
+def test_a_cache_filled_by_the_padded_feature_pass_is_not_mixed_in(tiny_lm, tmp_path):
+    data = toy_pairs(tiny_lm, 2, 0)
+    RewardBackbone(tiny_lm, "tiny-old", tmp_path).states(data.prompts, data.chosen)
+    written = next((tmp_path / "features").iterdir())
+    written.rename(tmp_path / "features" / "tiny-old")  # where the padded pass of earlier versions kept its shards
+    assert RewardBackbone(tiny_lm, "tiny-old", tmp_path)._cache == {}

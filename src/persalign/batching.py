@@ -34,10 +34,14 @@ def row_cost(width: int) -> float:
     return width * (1 + width / ATTENTION_WIDTH)
 
 
-def plan_batches(lengths: Sequence[int], budget: int, max_items: int | None = None) -> list[list[int]]:
+def plan_batches(lengths: Sequence[int], budget: int, max_items: int | None = None,
+                 same_length: bool = False) -> list[list[int]]:
     """Indices grouped into batches: shortest first, each within `budget` padded cost and `max_items` rows.
 
     An item longer than the budget on its own gets a batch to itself (it is never dropped).
+    `same_length`: a batch holds items of one length only, so nothing is padded and each row's
+    result is the same whatever else shares its batch (on CPU a row's float result depends on
+    the padding around it, not on how many rows there are).
     """
     order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
     batches: list[list[int]] = []
@@ -46,7 +50,8 @@ def plan_batches(lengths: Sequence[int], budget: int, max_items: int | None = No
         width = max([lengths[i] for i in current] + [lengths[index]])  # sorted: the newcomer is the widest
         too_costly = (len(current) + 1) * row_cost(width) > budget
         too_many = max_items is not None and len(current) >= max_items
-        if current and (too_costly or too_many):
+        new_length = same_length and bool(current) and lengths[current[-1]] != lengths[index]
+        if current and (too_costly or too_many or new_length):
             batches.append(current)
             current = []
         current.append(index)

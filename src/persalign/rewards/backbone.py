@@ -23,9 +23,13 @@ import torch
 from tqdm.auto import tqdm
 from safetensors.torch import load_file, save_file
 
+from persalign.batching import default_budget, plan_batches
 from persalign.decoding import Prefill, left_pad
 from persalign.models.loading import decoder_stack
 from persalign.scoring import continue_from_prefill, right_pad
+
+
+FEATURE_PASS = "unpadded"  # names the cache folder; change it when the pass's floats change
 
 
 def response_positions(prompt_lengths: list[int], response_lengths: list[int]) -> tuple[list[int], list[int]]:
@@ -44,15 +48,18 @@ class RewardBackbone:
         self.lm = lm
         self.key = key
         self.trainable = trainable
-        self.batch_size = 16  # prompts per feature forward (reward.feature_batch_size)
+        self.batch_size = 16  # at most this many prompts per feature forward (reward.feature_batch_size)
+        self.token_budget: int | None = None  # prompt tokens per forward; None: the device's default
         # One folder per backbone; each save appends a shard with only the NEW entries. (Rewriting one
         # growing file per batch wrote 35 GB in a 26-min study and doubled peak memory while saving.)
-        self.cache_path = None if cache_dir is None or trainable else Path(cache_dir) / "features" / key
+        # The folder names the feature pass: caches filled by the padded pass of earlier versions hold
+        # other floats for the same pairs and are not mixed in.
+        self.cache_path = (None if cache_dir is None or trainable
+                           else Path(cache_dir) / "features" / f"{key}-{FEATURE_PASS}")
         self._cache: dict[str, torch.Tensor] = {}
         self._unsaved: set[str] = set()
         if self.cache_path is not None:
-            legacy = self.cache_path.with_name(f"{key}.safetensors")  # single-file cache of earlier versions
-            for shard in ([legacy] if legacy.exists() else []) + sorted(self.cache_path.glob("shard-*.safetensors")):
+            for shard in sorted(self.cache_path.glob("shard-*.safetensors")):
                 self._cache.update(load_file(str(shard)))
 
     @property
@@ -120,30 +127,39 @@ class RewardBackbone:
     def _forward_shared_prompts(self, prompts, responses, batch_size) -> list[torch.Tensor]:
         """Frozen mode: each distinct prompt is run once; its responses continue from its cache.
 
-        The prompt's last hidden state is kept too (see `states_before`).
+        Prompts are batched shortest first within the token budget, one length per batch, and
+        each continuation takes responses of one length (plan_batches(same_length=True)):
+        nothing is padded, so a cached feature is a function of its pair alone. (Padded
+        batches moved features by ~1e-5 with the other prompts of the batch, i.e. with what
+        the cache already held.) The prompt's last hidden state is kept too (`states_before`).
         """
-        unique: dict[tuple, int] = {}
-        for p in prompts:
-            unique.setdefault(tuple(p), len(unique))
-        owners = [unique[tuple(p)] for p in prompts]
-        ordered = list(unique)
-        out: list[torch.Tensor | None] = [None] * len(prompts)
-        starts = range(0, len(ordered), batch_size)
-        for start in tqdm(starts, desc=f"reward features ({self.key})", unit="batch", leave=False,
-                          disable=len(starts) < 4):
-            state = self._prefill_keeping_last_state(ordered[start : start + batch_size])
-            members = [i for i, o in enumerate(owners) if start <= o < start + batch_size]
-            empty = [i for i in members if not responses[i]]
-            members = [i for i in members if responses[i]]
-            for i in empty:
-                out[i] = torch.zeros((0, self.hidden_size))
-            if not members:
-                continue
-            hidden, _ = continue_from_prefill(self.lm, state, [owners[i] - start for i in members],
-                                              [responses[i] for i in members])
-            for row, i in enumerate(members):
-                out[i] = hidden[row, : len(responses[i])].float().cpu()
+        pairs_of: dict[tuple, list[int]] = {}
+        for i, p in enumerate(prompts):
+            pairs_of.setdefault(tuple(p), []).append(i)
+        distinct = list(pairs_of)
+        out = [None if r else torch.zeros((0, self.hidden_size)) for r in responses]
+        budget = self.token_budget or default_budget(self.lm.device)
+        plan = plan_batches([len(p) for p in distinct], budget, batch_size, same_length=True)
+        for batch in tqdm(plan, desc=f"reward features ({self.key})", unit="batch", leave=False,
+                          disable=len(plan) < 4):
+            state = self._prefill_keeping_last_state([distinct[b] for b in batch])
+            pending = [(row, i) for row, b in enumerate(batch) for i in pairs_of[distinct[b]] if responses[i]]
+            self._continue_by_length(state, pending, responses, out)
         return out
+
+    def _continue_by_length(self, state, pending: list[tuple[int, int]], responses, out: list) -> None:
+        """out[i] = states of responses[i] continued from prefill row `row`, one forward per length."""
+        prefill_cache = [(layer.keys, layer.values) for layer in state.cache.layers]
+        by_length: dict[int, list[tuple[int, int]]] = {}
+        for row, i in pending:
+            by_length.setdefault(len(responses[i]), []).append((row, i))
+        for group in by_length.values():
+            for layer, (keys, values) in zip(state.cache.layers, prefill_cache):  # undo the last continuation
+                layer.keys, layer.values = keys, values
+            hidden, _ = continue_from_prefill(self.lm, state, [row for row, _ in group],
+                                              [responses[i] for _, i in group])
+            for row, (_, i) in enumerate(group):
+                out[i] = hidden[row].float().cpu()
 
     def _prefill_keeping_last_state(self, prompts: list[tuple]):
         """Prefill (cache for the responses) that also records each prompt's last hidden state."""

@@ -102,6 +102,7 @@ class RewardBackbones:
                                                                                   cfg.reward.lora_alpha)
             backbone = RewardBackbone(lm, f"{slug}-lora", trainable=not adapter.exists())
         backbone.batch_size = cfg.reward.feature_batch_size
+        backbone.token_budget = cfg.generation.token_budget
         return backbone, PromptFormatter(backbone.lm.tokenizer, task, cfg.generation.max_prompt_tokens)
 
 
