@@ -242,3 +242,32 @@ def test_tree_forward_candidates_see_only_the_prefix_and_themselves(implementati
             for j, token in enumerate(candidates[row].tolist()):
                 alone = stack(input_ids=torch.tensor([prompt + [token]])).last_hidden_state[0, -1]
                 assert torch.allclose(states[row, j], alone, atol=1e-4), (implementation, row, j)
+
+
+@pytest.mark.parametrize("kind", ["tree, shared backbone", "tree, separate RM", "token-level (GenARM)"])
+def test_a_batch_decoded_again_reuses_its_prompt_prefill_and_decodes_the_same(tiny_lm, monkeypatch, kind):
+    """Issue #19: the λ choice decodes the same validation batch for every method, seed and λ; with a
+    shared `prefills` memo the policy prefills that batch once (before: once per decode), and every
+    decode is the same as with a prefill of its own."""
+    hidden = tiny_lm.model.config.hidden_size
+    name = "genarm" if kind.startswith("token") else "global_rm"
+    methods = [random_method(name, hidden, seed=0), random_method(name, hidden, seed=1)]
+    rm_lm = tiny_lm
+    if kind == "tree, separate RM":
+        rm_lm = LoadedLM("rm", tiny_llama(seed=7)[0], tiny_lm.tokenizer, torch.device("cpu"))
+    prompts = prompts_of(tiny_lm, ["one", "two words here", "three is a longer prompt"])
+    stack, prefills = tiny_lm.model.model, []
+    real_forward = stack.forward
+    monkeypatch.setattr(stack, "forward", lambda *a, **kw: (prefills.append(1) if kw.get("past_key_values") is None
+                                                            else None) or real_forward(*a, **kw))
+
+    def decode_all(memo):
+        del prefills[:]
+        outputs = [args_decode(tiny_lm, RewardGuide(rm_lm, method, ["u"] * 3, lam=lam, top_k=4, prefills=memo),
+                               prompts, max_new_tokens=5) for method in methods for lam in (0.5, 3.0)]
+        return outputs, len(prefills)
+
+    alone, alone_prefills = decode_all(None)
+    shared, shared_prefills = decode_all({})
+    assert shared == alone
+    assert (alone_prefills, shared_prefills) == (4, 1)

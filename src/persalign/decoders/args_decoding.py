@@ -19,6 +19,8 @@ How it is made fast:
 - shared-backbone fast path: when the RM is the frozen policy itself, that
   same k-candidate forward also yields the policy's next-step logits (read at
   the chosen candidate only), so a step costs one forward instead of two.
+- a batch decoded several times (the λ choice: every method, seed and λ on
+  the same validation batches) can share one prompt prefill (`prefills`);
 - token-level RMs (GenARM) need no candidate forward at all: the RM's state
   after y<t scores every candidate token at once (one ARM step), and the
   prefix reward is the running sum. This is a capability the method declares
@@ -30,6 +32,7 @@ How it is made fast:
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass
 
@@ -50,6 +53,9 @@ class RewardGuide:
     users: list[str]
     lam: float = 1.0  # λ of Eq. 1: the reward's weight against log π
     top_k: int = 10  # candidates scored per step (the policy's top k)
+    # Prompt prefills of the policy shared by several decodes of the same batch (the λ choice: every
+    # method × seed × λ decodes the same validation batches); None: prefill every time.
+    prefills: dict | None = None
 
 
 def check_same_tokenizer(policy_tokenizer, rm_tokenizer) -> None:
@@ -124,6 +130,33 @@ def select_rows(cache, index: torch.Tensor) -> None:
         layer.values = layer.values.index_select(0, index)
 
 
+def reuse_prefill(memo: dict | None, key: tuple, compute):
+    """`compute()` once per key; each caller gets its own copy, since decoding grows and trims caches.
+
+    The key is the whole padded batch, so a reused prefill is exactly the forward this call would run
+    (a forward's float sums depend on the batch's other rows and on padding).
+    """
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return copy.deepcopy(memo[key])
+
+
+def batch_key(kind: str, ids: torch.Tensor, mask: torch.Tensor) -> tuple:
+    return kind, tuple(ids.shape), tuple(ids.flatten().tolist()), tuple(mask.flatten().tolist())
+
+
+def policy_prefill(policy, ids, mask, positions, memo: dict | None):
+    """(cache, log π(· | prompt)) of the policy's prefill, reused from `memo` when the batch was seen."""
+    def compute():
+        out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                           logits_to_keep=1)
+        return out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+
+    return reuse_prefill(memo, batch_key("policy", ids, mask), compute)
+
+
 class TreeScorer:
     """Sequence-level RM: the k candidates go through one tree forward on the RM's prefix cache."""
 
@@ -133,15 +166,14 @@ class TreeScorer:
 
     def prefill(self, ids, mask, positions):
         """(policy cache, first log-probs): the policy's prefill, and the RM's own unless it is the policy."""
-        out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                                logits_to_keep=1)
+        policy_cache, logprobs = policy_prefill(self.policy, ids, mask, positions, self.guide.prefills)
         if self.shared:
-            self.cache = out.past_key_values
+            self.cache = policy_cache
         else:
             lm_device = self.guide.lm.device
             self.cache = self.backbone(input_ids=ids.to(lm_device), attention_mask=mask.to(lm_device),
                                        position_ids=positions.to(lm_device), use_cache=True).past_key_values
-        return out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        return policy_cache, logprobs
 
     def token_rewards(self, candidates, mask, next_pos, users) -> torch.Tensor:
         self.past = mask.shape[1]
@@ -172,14 +204,17 @@ class TokenScorer:
     def prefill(self, ids, mask, positions):
         """(policy cache, first log-probs); with the shared backbone the RM's prefill is the policy's."""
         lm_device = self.guide.lm.device
-        out = self.backbone(input_ids=ids.to(lm_device), attention_mask=mask.to(lm_device),
-                            position_ids=positions.to(lm_device), use_cache=True)
-        self.cache, self.state = out.past_key_values, out.last_hidden_state[:, -1]
+
+        def compute():
+            out = self.backbone(input_ids=ids.to(lm_device), attention_mask=mask.to(lm_device),
+                                position_ids=positions.to(lm_device), use_cache=True)
+            return out.past_key_values, out.last_hidden_state[:, -1]
+
+        memo = self.guide.prefills if self.shared else None  # another RM's prefill is its own
+        self.cache, self.state = reuse_prefill(memo, batch_key("stack", ids, mask), compute)
         if self.shared:
             return self.cache, torch.log_softmax(self.policy.model.get_output_embeddings()(self.state).float(), dim=-1)
-        out = self.policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                                logits_to_keep=1)
-        return out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+        return policy_prefill(self.policy, ids, mask, positions, self.guide.prefills)
 
     def token_rewards(self, candidates, mask, next_pos, users) -> torch.Tensor:
         return self.guide.method.next_token_rewards(self.state, candidates, users)

@@ -101,7 +101,7 @@ def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy)
         rows: list = [None] * len(val)
         for batch in plan_generation(val.prompts, config.generation, policy.lm.device):
             guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i in batch], lam,
-                                config.args.top_k)
+                                config.args.top_k, prefills=policy.prefills)
             decoded = args_decode_reusing_greedy(policy.decoded, policy.lm, guide, [val.prompts[i] for i in batch],
                                                  config.generation.max_new_tokens)
             for i, ids in zip(batch, decoded):

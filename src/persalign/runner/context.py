@@ -53,6 +53,7 @@ class PolicyContext:
     memo: dict = field(default_factory=dict)  # policy log-prob sums shared by every cell of this policy
     trained: dict = field(default_factory=dict)  # (method label, seed) -> trained component
     decoded: dict = field(default_factory=dict)  # the λ choice's ARGS batches at λ = 0 (greedy), per scorer kind
+    prefills: dict = field(default_factory=dict)  # the λ choice's validation batches prefilled once (RewardGuide)
     _zero_shot: dict | None = None
 
     def zero_shot_outputs(self) -> dict[str, str]:
