@@ -11,10 +11,14 @@ items. Measured in one run:
   the prompt prefilled k times into the RM, the RM cache copied k times every
   step, no EOS stop (same prompts, same max length);
 - the floor: one policy decode step + one RM forward of k candidate tokens on
-  a cached prefix, batch-matched: what any ARGS must pay per step.
+  a cached prefix, batch-matched: what any ARGS must pay per step;
+- the λ choice's shared prompt prefill (`RewardGuide.prefills`): batch 16
+  decoded fresh vs with its prefill taken from the memo (as every
+  method × seed × λ after the first does), median of `--reps` alternations.
 
-    python benchmarks/bench_args.py            # 16 prompts, 24 new tokens
-    python benchmarks/bench_args.py --quick    # 4 prompts, 12 new tokens
+    python benchmarks/bench_args.py                       # 16 prompts, 24 new tokens
+    python benchmarks/bench_args.py --quick               # 4 prompts, 12 new tokens
+    python benchmarks/bench_args.py --shared-prefill-only --max-new-tokens 32
 """
 
 from __future__ import annotations
@@ -99,13 +103,90 @@ def floor_step(policy, rm, prompts, k, reps=5):
     return statistics.median(times)
 
 
-def main() -> None:
+def shared_prefill_rows(policy, rms, method, prompts, args, max_new) -> dict:
+    """Batch seconds and prefill seconds of one ARGS batch decoded fresh vs with a memoised prompt prefill."""
+    rows = {}
+    for name, rm in rms.items():
+        memo: dict = {}
+        def once(prefills, rm=rm):
+            st = {}
+            guide = RewardGuide(rm, method, ["u"] * len(prompts), lam=args.lam, top_k=args.k, prefills=prefills)
+            out, sec = timed(lambda: args_decode(policy, guide, prompts, max_new, stats=st))
+            return out, sec, st["prefill_s"]
+        filled, _, _ = once(memo)  # fills the memo, untimed: the first method × seed × λ pays it
+        fresh, reused = [], []
+        for _ in range(args.reps):  # alternated so that drift hits both alike
+            fresh.append(once(None))
+            reused.append(once(memo))
+        assert all(out == filled for out, _, _ in fresh + reused), "a reused prefill changed the output"
+        med = lambda runs, i: statistics.median(r[i] for r in runs)
+        rows[f"shared_prefill_{name}"] = {
+            "fresh_batch_s": med(fresh, 1), "reused_batch_s": med(reused, 1),
+            "fresh_prefill_s": med(fresh, 2), "reused_prefill_s": med(reused, 2),
+            "saved_fraction": 1 - med(reused, 1) / med(fresh, 1)}
+    return rows
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="4 prompts, 12 new tokens")
     parser.add_argument("--k", type=int, default=10, help="ARGS top-k")
     parser.add_argument("--lam", type=float, default=1.0, help="ARGS λ")
-    args = parser.parse_args()
+    parser.add_argument("--max-new-tokens", type=int, help="new tokens per prompt (default 24; 12 with --quick)")
+    parser.add_argument("--reps", type=int, default=3, help="fresh/reused alternations of the shared-prefill timing")
+    parser.add_argument("--shared-prefill-only", action="store_true",
+                        help="time only the shared prompt prefill (skips greedy, batch 1, the reference, the floor)")
+    return parser.parse_args()
+
+
+def speed_rows(policy, rms, method, prompts, args, max_new) -> dict:
+    """Greedy and ARGS (each RM) at batch 1 and batch n, against the floor, greedy and the reference design."""
+    n, result = len(prompts), {}
+    for batch in (1, n):
+        key = f"batch{batch}"
+        result[f"greedy_{key}"] = run_batches(lambda ps, st: decode(policy, ps, greedy, max_new), prompts, batch)
+        for name, rm in rms.items():
+            def guided(ps, st, rm=rm):
+                guide = RewardGuide(rm, method, ["u"] * len(ps), lam=args.lam, top_k=args.k)
+                return args_decode(policy, guide, ps, max_new, stats=st)
+            measured = run_batches(guided, prompts, batch)
+            steps = sum(s["steps"] for s in measured["stats"])
+            measured["decode_s_per_step"] = sum(s["decode_s"] for s in measured["stats"]) / steps
+            starts = range(0, n, batch) if batch == n else [0]  # batch 1: the first prompt stands for all
+            measured["floor_s_per_step"] = statistics.mean(floor_step(policy, rm, prompts[i : i + batch], args.k)
+                                                           for i in starts)
+            measured["per_step_over_floor"] = measured["decode_s_per_step"] / measured["floor_s_per_step"]
+            measured["over_greedy_time"] = measured["seconds"] / result[f"greedy_{key}"]["seconds"]
+            del measured["stats"]
+            result[f"args_{name}_{key}"] = measured
+        del result[f"greedy_{key}"]["stats"]
+    reference = run_batches(lambda ps, st: [reference_args(policy, rms["lora_rm"], method, p, args.lam, args.k, max_new)
+                                           for p in ps], prompts, 1)
+    del reference["stats"]
+    result["reference_lora_rm"] = reference
+    for name in rms:
+        for batch in (1, n):
+            mine = result[f"args_{name}_batch{batch}"]
+            mine["prompts_per_s_over_reference"] = mine["prompts_per_s"] / reference["prompts_per_s"]
+    return result
+
+
+def print_rows(result: dict) -> None:
+    for key, row in result.items():
+        if key.startswith("shared_prefill_"):
+            print(f"{key:28s} batch {row['fresh_batch_s']:.2f} s fresh, {row['reused_batch_s']:.2f} s reused "
+                  f"(prefill {row['fresh_prefill_s']:.2f} -> {row['reused_prefill_s']:.3f} s), "
+                  f"{100 * row['saved_fraction']:.0f} % saved")
+        elif isinstance(row, dict) and "seconds" in row:
+            extra = "".join(f", {k} {row[k]:.2f}" for k in ("per_step_over_floor", "prompts_per_s_over_reference",
+                                                             "over_greedy_time") if k in row)
+            print(f"{key:28s} {row['tokens_per_s']:7.1f} tok/s {row['prompts_per_s']:6.2f} prompts/s{extra}")
+
+
+def main() -> None:
+    args = parse_args()
     n, max_new = (4, 12) if args.quick else (16, 24)
+    max_new = args.max_new_tokens or max_new
     torch.manual_seed(0)
     _, _, pairs = news_query_pairs(n)
     policy = load_causal_lm("smollm2-135m-instruct")
@@ -118,40 +199,13 @@ def main() -> None:
         method.head.linear.weight.normal_(0, 0.05)
     rms = {"lora_rm": lora_rm, "shared": policy}
     decode(policy, prompts[:1], greedy, 2)  # warm-up outside the timings
-    result = {"benchmark": "args", "prompts": n, "max_new_tokens": max_new, "k": args.k, "machine": machine()}
-    for batch in (1, n):
-        key = f"batch{batch}"
-        result[f"greedy_{key}"] = run_batches(lambda ps, st: decode(policy, ps, greedy, max_new), prompts, batch)
-        for name, rm in rms.items():
-            def guided(ps, st, rm=rm):
-                guide = RewardGuide(rm, method, ["u"] * len(ps), lam=args.lam, top_k=args.k)
-                return args_decode(policy, guide, ps, max_new, stats=st)
-            measured = run_batches(guided, prompts, batch)
-            steps = sum(s["steps"] for s in measured["stats"])
-            measured["decode_s_per_step"] = sum(s["decode_s"] for s in measured["stats"]) / steps
-            floor = statistics.mean(floor_step(policy, rm, prompts[i : i + batch], args.k)
-                                    for i in range(0, n, batch)) if batch == n else \
-                floor_step(policy, rm, prompts[:1], args.k)
-            measured["floor_s_per_step"] = floor
-            measured["per_step_over_floor"] = measured["decode_s_per_step"] / floor
-            measured["over_greedy_time"] = measured["seconds"] / result[f"greedy_{key}"]["seconds"]
-            del measured["stats"]
-            result[f"args_{name}_{key}"] = measured
-        del result[f"greedy_{key}"]["stats"]
-    reference = run_batches(lambda ps, st: [reference_args(policy, lora_rm, method, p, args.lam, args.k, max_new)
-                                           for p in ps], prompts, 1)
-    del reference["stats"]
-    result["reference_lora_rm"] = reference
-    for name in rms:
-        for batch in (1, n):
-            mine = result[f"args_{name}_batch{batch}"]
-            mine["prompts_per_s_over_reference"] = mine["prompts_per_s"] / reference["prompts_per_s"]
+    result = {"benchmark": "args", "prompts": n, "max_new_tokens": max_new, "k": args.k, "machine": machine(),
+              "prompt_tokens": [min(map(len, prompts)), max(map(len, prompts))]}
+    result |= shared_prefill_rows(policy, rms, method, prompts, args, max_new)
+    if not args.shared_prefill_only:
+        result |= speed_rows(policy, rms, method, prompts, args, max_new)
     result["peak_memory_mib"] = peak_memory_mib()
-    for key, value in result.items():
-        if isinstance(value, dict) and "seconds" in value:
-            extra = "".join(f", {k} {value[k]:.2f}" for k in ("per_step_over_floor", "prompts_per_s_over_reference",
-                                                               "over_greedy_time") if k in value)
-            print(f"{key:28s} {value['tokens_per_s']:7.1f} tok/s {value['prompts_per_s']:6.2f} prompts/s{extra}")
+    print_rows(result)
     emit(result)
 
 
