@@ -12,8 +12,8 @@ items. Measured in one run:
   step, no EOS stop (same prompts, same max length);
 - the floor: one policy decode step + one RM forward of k candidate tokens on
   a cached prefix, batch-matched: what any ARGS must pay per step;
-- the λ choice's shared prompt prefill (`RewardGuide.prefills`): batch 16
-  decoded fresh vs with its prefill taken from the memo (as every
+- the λ choice's shared prompt prefill (`RewardGuide.prefills`): all prompts
+  as one batch, decoded fresh vs with its prefill taken from the memo (as every
   method × seed × λ after the first does), median of `--reps` alternations.
 
     python benchmarks/bench_args.py                       # 16 prompts, 24 new tokens
