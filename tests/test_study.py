@@ -69,7 +69,7 @@ def test_report_has_the_study_tables_and_generated_findings(stored_run):
     for title in ("Table 2", "Table 4", "Table 5", "Table 6", "Finding 3", "Findings (generated"):
         assert title in text
     assert "| Kendall τ | - | -1.00 [-1.00, -1.00] (n=3) |" in text
-    assert "ICL-RAG − best reward method (B), ROUGE-1: +9.00" in text
+    assert "best ICL variant (ICL-RAG) − best reward method (B), ROUGE-1, cross-fitted: +9.00" in text
 
 
 def test_figure1_labels_of_near_equal_methods_never_overprint():

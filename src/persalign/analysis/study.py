@@ -8,8 +8,9 @@
   (ROUGE-1 of the method minus zero-shot on the same prompts, and the share of
   prompts where the method's ROUGE-1 really beats zero-shot);
 - Finding 3: best ICL variant vs best reward method on ROUGE-1 / ROUGE-L /
-  BERTScore-F1, as a paired (same users) bootstrap difference with a CI in
-  which the choice of both "bests" is repeated inside every resample.
+  BERTScore-F1, cross-fitted (both "bests" chosen on one half of the users,
+  measured on the other, halves swapped; analysis/paired.py), with the
+  smallest difference these users could detect and the users a 3-point gap needs.
 
 Per-user values average a method's seeds first, so every bootstrap resamples
 users and keeps each user's seeds together.
@@ -25,8 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from persalign.analysis.bootstrap import correlation_ci, metric_ci, per_user_means, user_resamples
+from persalign.analysis.bootstrap import correlation_ci, metric_ci, per_user_means
 from persalign.analysis.correlations import STATISTICS
+from persalign.analysis.paired import crossfit_comparison
 from persalign.decoders.base import properties_of
 from persalign.runner.store import Cell, RunStore
 
@@ -122,14 +124,13 @@ def correlation_table(methods: list[MethodResult], x: str, y: str, n_boot: int, 
     return {s: correlation_ci(means_x, means_y, s, n_boot=n_boot, seed=seed) for s in STATISTICS}
 
 
-def best_minus_best(icl: list[MethodResult], reward: list[MethodResult], metric: str, n_boot: int, seed: int,
+def best_minus_best(icl: list[MethodResult], reward: list[MethodResult], metric: str, seed: int,
                     level: float = 0.95) -> dict | None:
-    """Best ICL variant − best reward method on `metric`, the "best" of each chosen by ROUGE-1.
+    """Best ICL variant − best reward method on `metric`, the "best" of each chosen by ROUGE-1, cross-fitted.
 
-    Choosing both on the users that are then bootstrapped would make the
-    interval too optimistic, so the choice is REPEATED inside every resample
-    (the winners may change from resample to resample); the point estimate
-    uses the choice on all users. Users are those every candidate has.
+    The winners are chosen on one half of the users and measured on the other, then the halves swap
+    (analysis/paired.py), so no user's difference is measured with winners chosen on that user.
+    `chosen` names the winners of each half. Users are those every candidate has.
     """
     if not icl or not reward:
         return None
@@ -140,18 +141,10 @@ def best_minus_best(icl: list[MethodResult], reward: list[MethodResult], metric:
         return None
     select = np.array([[m.user_means["rouge1"][u] for u in users] for m in candidates])  # (methods, users)
     value = np.array([[m.user_means[metric][u] for u in users] for m in candidates])
-    is_icl = np.array([m in icl for m in candidates])
-
-    def difference(sample) -> float:
-        chosen = select[:, sample].mean(1)
-        best_icl = np.flatnonzero(is_icl)[np.argmax(chosen[is_icl])]
-        best_reward = np.flatnonzero(~is_icl)[np.argmax(chosen[~is_icl])]
-        return float(value[best_icl, sample].mean() - value[best_reward, sample].mean())
-
-    draws = [difference(sample) for sample in user_resamples(users, n_boot, seed)]
-    low, high = np.quantile(draws, [(1 - level) / 2, 1 - (1 - level) / 2])
-    return {"mean": difference(np.arange(len(users))), "low": float(low), "high": float(high), "level": level,
-            "selection": "repeated in every bootstrap resample"}
+    result = crossfit_comparison(select, value, np.array([m in icl for m in candidates]), seed, level)
+    if result is not None:
+        result["chosen"] = [(candidates[i].label, candidates[r].label) for i, r in result["chosen"]]
+    return result
 
 
 @dataclass
@@ -177,7 +170,7 @@ def analyse_policy(policy: str, methods: list[MethodResult], n_boot: int = 1000,
     icl, reward_gen = [m for m in icl if m.user_means.get("rouge1")], [m for m in reward if m.user_means.get("rouge1")]
     by_rouge = lambda group: max(group, key=lambda m: m.mean("rouge1")) if group else None  # noqa: E731
     best_icl, best_reward = by_rouge(icl), by_rouge(reward_gen)
-    differences = {metric: best_minus_best(icl, reward_gen, metric, n_boot, seed) for metric, _ in GENERATION_METRICS}
+    differences = {metric: best_minus_best(icl, reward_gen, metric, seed) for metric, _ in GENERATION_METRICS}
     cis = {m.label: {metric: metric_ci(values, n_boot=n_boot, seed=seed)
                      for metric, values in m.user_means.items() if values} for m in methods}
     bon = [m for m in methods if m.reranks_samples]

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from persalign.analysis.study import GENERATION_METRICS, PolicyAnalysis
 
 SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
@@ -99,20 +101,50 @@ def table6(analyses: list[PolicyAnalysis]) -> str:
     return _table(header, rows)
 
 
+def winners(diff: dict) -> tuple[str, str]:
+    """The cross-fitted winners (ICL, reward method), each half's where the halves chose differently."""
+    (icl_a, reward_a), (icl_b, reward_b) = diff["chosen"]
+    name = lambda a, b: a if a == b else f"{a} on one half of the users, {b} on the other"  # noqa: E731
+    return name(icl_a, icl_b), name(reward_a, reward_b)
+
+
+def interval_text(diff: dict, unit: str = "") -> str:
+    if diff.get("low") is None:
+        return f"{diff['mean']:+.2f}{unit} [interval undefined: {diff['users']} users, cross-fitting needs 4+]"
+    return f"{diff['mean']:+.2f}{unit} [{diff['low']:+.2f}, {diff['high']:+.2f}]"
+
+
+def power_text(diff: dict, title: str = "ROUGE-1") -> str:
+    """The smallest difference these users detect (80 % power) and the users a `gap`-point gap needs."""
+    if not np.isfinite(diff.get("detectable", float("nan"))):
+        return f"with {diff['users']} users no detectable difference can be stated (cross-fitting needs 4+ users)"
+    needed = diff.get("users_needed")
+    need = (f"a {diff['gap']:g}-point gap needs ≈ {needed} users" if needed else
+            f"no number of users detects a {diff['gap']:g}-point gap at this spread")
+    return (f"these {diff['users']} users detect a true difference of {diff['detectable']:.1f} {title} points "
+            f"with 80% power (α = 0.05); {need}")
+
+
 def finding3(analysis: PolicyAnalysis) -> str:
     if not (analysis.best_icl and analysis.best_reward):
         return "Finding 3 needs at least one ICL variant and one reward method with generation metrics."
-    header = ["Metric", f"{analysis.best_icl.label}", f"{analysis.best_reward.label}", "Difference [95% CI]"]
+    header = ["Metric", f"{analysis.best_icl.label}", f"{analysis.best_reward.label}",
+              "Difference, cross-fitted [95% CI]", "Detectable at 80% power", "Users for a 3-point gap"]
     rows = []
     for metric, title in GENERATION_METRICS:
         diff = analysis.icl_minus_reward.get(metric)
         if diff is None:
             continue
+        detectable = f"{diff['detectable']:.2f}" if np.isfinite(diff["detectable"]) else "-"
         rows.append([title, f"{analysis.best_icl.mean(metric):.2f}", f"{analysis.best_reward.mean(metric):.2f}",
-                     f"{diff['mean']:+.2f} [{diff['low']:+.2f}, {diff['high']:+.2f}]"])
-    return _table(header, rows) + ("\n\nBoth \"bests\" are chosen by ROUGE-1 on the same users the interval "
-                                   "resamples, so the choice is repeated inside every bootstrap resample "
-                                   "(the winners may differ between resamples).")
+                     interval_text(diff), detectable, str(diff["users_needed"] or "-")])
+    diff = next(d for d in analysis.icl_minus_reward.values() if d)
+    icl, reward = winners(diff)
+    return _table(header, rows) + (
+        f"\n\nThe two columns of means are over all users. The difference is {diff['selection']} "
+        f"(winners: {icl}; {reward}), so no user's difference is measured with winners chosen on that user; "
+        "choosing and measuring on the same users gives too many intervals that exclude 0. "
+        "Detectable: the smallest true difference this interval finds with 80% power (α = 0.05).")
 
 
 def _interval_words(low, high) -> str:
@@ -141,9 +173,10 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
             for metric, title in GENERATION_METRICS:
                 diff = a.icl_minus_reward.get(metric)
                 if diff:
-                    out.append(f"{a.policy}: {a.best_icl.label} − best reward method ({a.best_reward.label}), "
-                               f"{title}: {diff['mean']:+.2f} [CI {diff['low']:+.2f}, {diff['high']:+.2f}]; "
-                               f"{_interval_words(diff['low'], diff['high'])}.")
+                    icl, reward = winners(diff)
+                    out.append(f"{a.policy}: best ICL variant ({icl}) − best reward method ({reward}), {title}, "
+                               f"cross-fitted: {interval_text(diff)}; {_interval_words(diff['low'], diff['high'])}; "
+                               f"{power_text(diff, title)}.")
         wins = [(m.label, m.mean("win_rate"), m.mean("rouge1_gain")) for m in a.methods
                 if m.decodes_with_learnt_part and m.user_means.get("win_rate")]
         if wins:

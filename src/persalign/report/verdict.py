@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from persalign.analysis.study import PolicyAnalysis
+from persalign.report.study_sections import interval_text, power_text, winners
 from persalign.runner.store import Cell, RunStore
 
 
@@ -107,22 +108,25 @@ def verdict_table(rows: list[VerdictRow]) -> str:
 
 
 def verdict_sentence(rows: list[VerdictRow], analysis: PolicyAnalysis) -> str:
-    """What the numbers say, with the interval; 'cannot separate' where it includes 0."""
+    """What the numbers say, with the cross-fitted interval and its power; 'cannot separate' where it includes 0."""
     top = rows[0]
-    cost = f", at {top.relative_cost:.1f}× the cost of greedy" if top.relative_cost is not None else ""
+    cost = f", at {top.relative_cost:.1f}× the counted cost of greedy" if top.relative_cost is not None else ""
     difference = analysis.icl_minus_reward.get("rouge1")
     if not difference or analysis.best_icl is None or analysis.best_reward is None:
         return f"For these users, {top.label} writes closest to their own text (ROUGE-1 {_ci(top.quality)}){cost}."
-    icl, reward = analysis.best_icl.label, analysis.best_reward.label
-    interval = f"{difference['mean']:+.1f} ROUGE-1 [{difference['low']:+.1f}, {difference['high']:+.1f}]"
-    if difference["low"] > 0:
+    icl, reward = winners(difference)
+    interval = interval_text(difference, " ROUGE-1")
+    power = f". Cross-fitted (winners chosen on one half of the users, measured on the other); {power_text(difference)}"
+    low, high = difference["low"], difference["high"]
+    if low is not None and low > 0:
         return (f"For these users, {top.label} writes closest to their own text{cost}; the best ICL variant "
-                f"({icl}) beats the best reward method ({reward}) by {interval}.")
-    if difference["high"] < 0:
+                f"({icl}) beats the best reward method ({reward}) by {interval}{power}.")
+    if high is not None and high < 0:
         return (f"For these users, {top.label} writes closest to their own text{cost}; the best reward method "
-                f"({reward}) beats the best ICL variant ({icl}): ICL − reward = {interval}.")
+                f"({reward}) beats the best ICL variant ({icl}): ICL − reward = {interval}{power}.")
     return (f"For these users, {top.label} has the highest ROUGE-1{cost}, but the data cannot separate the best "
-            f"ICL variant ({icl}) from the best reward method ({reward}): {interval} includes 0.")
+            f"ICL variant ({icl}) from the best reward method ({reward}): {interval}"
+            f"{' includes 0' if low is not None else ''}{power}.")
 
 
 def verdict_section(store: RunStore, frame: pd.DataFrame, analyses: list[PolicyAnalysis]) -> list[str]:
