@@ -12,6 +12,7 @@ optionally their own loss. Global methods ignore users.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -150,9 +151,15 @@ class RewardMethod(nn.Module):
         """Per-user parameters z_k: head parameters whose first dimension indexes users."""
         return {}
 
-    def new_user_row(self, name: str, table: torch.Tensor) -> torch.Tensor:
-        """Initial parameters of a new user in table `name` (default zeros)."""
+    def new_user_row(self, name: str, table: torch.Tensor, user: str) -> torch.Tensor:
+        """Initial parameters of `user` in table `name` (default zeros). Never a function of the row's
+        position: a user's start, hence its adapted rewards, must not depend on who was adapted before."""
         return torch.zeros_like(table[0])
+
+    def user_generator(self, user: str, salt: int = 0) -> torch.Generator:
+        """A generator seeded by the method's seed and the user's NAME (not its row in the tables)."""
+        digest = int(hashlib.sha1(f"{salt}:{user}".encode("utf-8")).hexdigest()[:15], 16)
+        return torch.Generator().manual_seed(self.settings.seed * 1_000_003 + digest)
 
     def train_user_rows(self, table: torch.Tensor) -> torch.Tensor:
         """The train users' rows of a user table (never adapted users: a new user's start
@@ -166,7 +173,7 @@ class RewardMethod(nn.Module):
         self.users[user] = len(self.users)
         for name, table in self.user_tables().items():
             with torch.no_grad():
-                grown = torch.cat([table.data, self.new_user_row(name, table.data)[None]])
+                grown = torch.cat([table.data, self.new_user_row(name, table.data, user)[None]])
             setattr(self.head, name, nn.Parameter(grown))
         return self.users[user]
 

@@ -50,8 +50,8 @@ class MPU(RewardMethod):
     def user_tables(self) -> dict[str, nn.Parameter]:
         return {name: getattr(self.head, name) for name in ("w1", "b1", "w2", "b2")}
 
-    def new_user_row(self, name: str, table: torch.Tensor) -> torch.Tensor:
-        generator = torch.Generator().manual_seed(self.settings.seed * 100_003 + len(table))
+    def new_user_row(self, name: str, table: torch.Tensor, user: str) -> torch.Tensor:
+        generator = self.user_generator(user, salt=("w1", "b1", "w2", "b2").index(name))
         if name == "w1":
             return torch.randn(table.shape[1:], generator=generator) / self.hidden_size ** 0.5
         if name == "w2":
@@ -65,6 +65,6 @@ class MPUAvg(MPU):
 
     name, display = "mpu_avg", "MPU-Avg"
 
-    def new_user_row(self, name: str, table: torch.Tensor) -> torch.Tensor:
+    def new_user_row(self, name: str, table: torch.Tensor, user: str) -> torch.Tensor:
         trained = self.train_user_rows(table)  # row 0 is the generic user; adapted users never count
-        return trained.mean(0) if len(trained) else super().new_user_row(name, table)
+        return trained.mean(0) if len(trained) else super().new_user_row(name, table, user)

@@ -56,7 +56,7 @@ class PAL(RewardMethod):
     def user_tables(self) -> dict[str, nn.Parameter]:
         return {"mixture_logits": self.head.mixture_logits}
 
-    def new_user_row(self, name: str, table: torch.Tensor) -> torch.Tensor:
-        # Break the symmetry between prototypes for each new user, deterministically.
-        generator = torch.Generator().manual_seed(self.settings.seed * 7919 + len(table))
+    def new_user_row(self, name: str, table: torch.Tensor, user: str) -> torch.Tensor:
+        # Break the symmetry between prototypes for each new user, deterministically (by the user's name).
+        generator = self.user_generator(user)
         return 0.01 * torch.randn(table.shape[1:], generator=generator)

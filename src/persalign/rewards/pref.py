@@ -72,7 +72,7 @@ class PReF(RewardMethod):
     def user_tables(self) -> dict[str, nn.Parameter]:
         return {"user_vectors": self.head.user_vectors}
 
-    def new_user_row(self, name: str, table: torch.Tensor) -> torch.Tensor:
+    def new_user_row(self, name: str, table: torch.Tensor, user: str) -> torch.Tensor:
         rows = self.train_user_rows(table)
         return rows.mean(0) if len(rows) else table[0].clone()
 
