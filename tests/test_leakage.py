@@ -98,3 +98,41 @@ def test_harmonic_rule_references_belong_to_their_own_pairs(tiny_lm):
     assert len(ids) == len(val) == 4
     for chosen, item_id in zip(val.chosen, ids):
         assert formatter.response_ids(completions[item_id].reference) == chosen
+
+
+def multi_turn_prism(folder):
+    """6 users x 4 conversations x 3 rated turns x 3 responses, in PRISM's schema (tests/schema_records.py)."""
+    import json
+
+    from tests.schema_records import _prism_turn
+
+    conversations, survey = [], []
+    for u in range(6):
+        survey.append({"user_id": f"user{u}", "num_completed_conversations": 4, "self_description": "...",
+                       "system_string": ""})
+        for c in range(4):
+            turns = [message for t in range(3) for message in _prism_turn(
+                t, f"question {t} of talk {c} by {u}", [(f"answer {r} to {t}/{c}/{u}", 90 - 30 * r) for r in range(3)])]
+            conversations.append({"conversation_id": f"c{u}-{c}", "user_id": f"user{u}", "conversation_type": "unguided",
+                                  "conversation_turns": 3, "open_feedback": "", "conversation_history": turns})
+    folder.mkdir()
+    for name, records in (("conversations.jsonl", conversations), ("survey.jsonl", survey)):
+        (folder / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_prism_is_split_by_conversation_so_no_query_turn_is_context_elsewhere(tmp_path, seed):
+    """Issue #28: grouped by turn, a query turn's prompt and chosen answer sat in a support pair's history."""
+    dataset = DATASETS.get("prism")(DataConfig(dataset="prism", path=str(multi_turn_prism(tmp_path / "prism"))))
+    split = make_split(dataset, SplitConfig(adapt_fraction=0.5, support_fraction=0.5, heldout_fraction=0.3, seed=seed))
+    by_id = {c.id: c for c in dataset.comparisons}
+    query = [by_id[i] for i in split.query_ids()]
+    heldout = [by_id[i] for ids in split.heldout.values() for i in ids]
+    for role, protected in (("query", query), ("heldout", heldout)):
+        texts = {c.prompt for c in protected} | {c.chosen for c in protected}
+        others = [by_id[i] for name, sets in split.sets().items() if name != role for ids in sets.values() for i in ids]
+        for other in others:
+            context = {other.prompt} | {text for _, text in other.history}
+            assert not context & texts, (role, other.id, context & texts)
+    assert query and heldout

@@ -23,7 +23,8 @@ class UserItem:
 
 @dataclass(frozen=True)
 class Comparison:
-    """A preference. `history` holds earlier conversation turns as (role, text) pairs (PRISM)."""
+    """A preference. `history` holds earlier conversation turns as (role, text) pairs (PRISM); `thread`
+    names the conversation a turn belongs to, so a split keeps its turns together (data/split.py)."""
 
     id: str
     user: str
@@ -31,6 +32,7 @@ class Comparison:
     chosen: str
     rejected: str
     history: tuple[tuple[str, str], ...] = ()
+    thread: str | None = None
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,9 @@
 response (`if_chosen`) is paired against every other response of that turn;
 the prompt is the user's message of that turn and the history the
 conversation so far (earlier user messages and the chosen responses),
-rendered with the policy's chat template. Users come from the survey; users
+rendered with the policy's chat template. Every pair names its conversation
+(`thread`), so the split keeps a conversation's turns together: a later turn's
+history holds the earlier turns' prompts and chosen answers. Users come from the survey; users
 without any qualifying turn are dropped and counted; turns with a single
 response give no pair.
 
@@ -73,7 +75,7 @@ def conversation_pairs(conversation: dict, source: str, where: str) -> list[Comp
                 if other is chosen[0] or not other.get("content"):
                     continue
                 pairs.append(Comparison(f"{conv_id}/{turn}/{other.get('within_turn_id', len(pairs))}", user, message,
-                                        chosen[0]["content"], other["content"], tuple(history)))
+                                        chosen[0]["content"], other["content"], tuple(history), thread=conv_id))
             history += [("user", message), ("assistant", chosen[0]["content"])]
     return pairs
 

@@ -6,8 +6,8 @@ split into `support` (adaptation: RM few-shot fit, ICL demonstrations) and
 `query` (evaluation). Seeded and deterministic; no item is in two sets.
 
 Splits cut GROUPS, not single pairs: a group is every pair with the same
-prompt (and conversation history): the other responses of one PRISM turn,
-the comparisons of one TL;DR post, one Pref-LaMP item. So "chosen vs A"
+prompt (and conversation history): the comparisons of one TL;DR post, one
+Pref-LaMP item; for conversations (PRISM), every turn of the conversation. So "chosen vs A"
 cannot sit in support while "chosen vs B" is in query, and no held-out
 prompt (early stopping, λ choice) is also a training prompt. Train vs
 held-out is cut over the train users' groups together; support vs query per
@@ -44,6 +44,33 @@ class UserSplit:
 def group_key(comparison) -> tuple:
     """Pairs with the same key share a prompt and must stay in one set."""
     return comparison.prompt, comparison.history
+
+
+def group_keys(comparisons) -> dict[str, tuple]:
+    """Each pair's group: its prompt and history; pairs of conversations (`thread`) are grouped by thread.
+
+    Threads are merged where they share any text that a later turn shows as context (a prompt, a chosen
+    answer, a history entry), so no query turn's prompt or chosen answer is ever context elsewhere.
+    """
+    keys = {c.id: group_key(c) for c in comparisons}
+    threaded = [c for c in comparisons if c.thread is not None]
+    parent: dict[tuple, tuple] = {}
+
+    def root(node: tuple) -> tuple:
+        while parent.setdefault(node, node) != node:
+            parent[node] = parent[parent[node]]
+            node = parent[node]
+        return node
+
+    for c in threaded:
+        texts = [("text", c.prompt), ("text", c.chosen)] + [("text", text) for _, text in c.history]
+        for text in texts:
+            a, b = root(("thread", c.thread)), root(text)
+            if a != b:
+                parent[max(a, b)] = min(a, b)  # the smaller node leads: groups do not depend on data order
+    for c in threaded:
+        keys[c.id] = ("thread", root(("thread", c.thread)))
+    return keys
 
 
 def _cut(ids: list[str], fraction: float, rng: np.random.Generator, groups: dict[str, tuple]) -> tuple[list[str], list[str]]:
@@ -94,7 +121,7 @@ def make_split(dataset: PreferenceDataset, config: SplitConfig) -> UserSplit:
         order = [users[i] for i in rng.permutation(len(users))]
         n_adapt = min(max(1, round(config.adapt_fraction * len(users))), len(users) - 1)
         adapt_users, train_users = sorted(order[:n_adapt]), sorted(order[n_adapt:])
-    groups = {c.id: group_key(c) for c in dataset.comparisons}
+    groups = group_keys(dataset.comparisons)
     train, heldout = _train_heldout(by_user, train_users, config.heldout_fraction, rng, groups)
     support, query = {}, {}
     for user in adapt_users:
