@@ -1,5 +1,7 @@
 """Pref-LaMP builder (paper §5) and the user split (§3.1)."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -7,6 +9,7 @@ from persalign.config import DataConfig, SplitConfig
 from persalign.data.preflamp import build_pref_lamp, hard_negative_indices
 from persalign.data.split import make_split
 from persalign.data.writing import keep_active_users
+from persalign.errors import DataError
 from persalign.models.embedders import HashingBowEmbedder
 from persalign.registry import DATASETS
 
@@ -18,7 +21,22 @@ def demo_writing():
 
 @pytest.fixture(scope="module")
 def demo_dataset(demo_writing):
-    return build_pref_lamp(demo_writing, HashingBowEmbedder(), top_k=5, seed=0)
+    """The demo's pairs as a plain pair data set: the split tests below split it in several ways, which a
+    Pref-LaMP data set refuses (its negatives were mined under one split)."""
+    built = build_pref_lamp(demo_writing, HashingBowEmbedder(), SplitConfig(), top_k=5, seed=0)
+    return dataclasses.replace(built, notes={})
+
+
+def test_the_split_is_required_and_a_pref_lamp_set_refuses_any_other_split(demo_writing):
+    """Issue #28: built without a split, negatives were mined under the default one; a caller splitting
+    differently then trained on query texts as negatives."""
+    with pytest.raises(TypeError):
+        build_pref_lamp(demo_writing, HashingBowEmbedder(), top_k=5, seed=0)
+    mined_under = SplitConfig(adapt_fraction=0.25, seed=3)
+    dataset = build_pref_lamp(demo_writing, HashingBowEmbedder(), mined_under, top_k=5, seed=0)
+    assert make_split(dataset, mined_under).adapt_users
+    with pytest.raises(DataError, match="negatives were mined under the split"):
+        make_split(dataset, SplitConfig(adapt_fraction=0.25, seed=4))
 
 
 def test_rejected_always_comes_from_another_user(demo_writing, demo_dataset):
@@ -46,9 +64,9 @@ def test_retrieved_neighbours_are_more_similar_than_random(demo_writing):
 
 
 def test_builder_is_deterministic_and_seed_matters(demo_writing):
-    a = build_pref_lamp(demo_writing, HashingBowEmbedder(), top_k=5, seed=0)
-    b = build_pref_lamp(demo_writing, HashingBowEmbedder(), top_k=5, seed=0)
-    c = build_pref_lamp(demo_writing, HashingBowEmbedder(), top_k=5, seed=1)
+    a = build_pref_lamp(demo_writing, HashingBowEmbedder(), SplitConfig(), top_k=5, seed=0)
+    b = build_pref_lamp(demo_writing, HashingBowEmbedder(), SplitConfig(), top_k=5, seed=0)
+    c = build_pref_lamp(demo_writing, HashingBowEmbedder(), SplitConfig(), top_k=5, seed=1)
     assert a.comparisons == b.comparisons
     assert a.comparisons != c.comparisons
 

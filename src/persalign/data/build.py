@@ -9,7 +9,7 @@ from persalign.records import PreferenceDataset
 from persalign.registry import DATASETS
 
 
-def build_dataset(config: DataConfig, embedder_factory, split: SplitConfig | None = None) -> PreferenceDataset:
+def build_dataset(config: DataConfig, embedder_factory, split: SplitConfig) -> PreferenceDataset:
     """Load `config.dataset`; per-user writing goes through the Pref-LaMP builder.
 
     `embedder_factory()` is called only when an embedder is needed; `split` is

@@ -17,7 +17,7 @@ from collections import defaultdict
 import numpy as np
 
 from persalign.config import SplitConfig
-from persalign.data.split import UserSplit, make_split
+from persalign.data.split import UserSplit, make_split, split_signature
 from persalign.data.writing import UserWriting
 from persalign.errors import DataError
 from persalign.records import Comparison, Completion, PreferenceDataset, UserItem
@@ -98,21 +98,23 @@ def negative_pools(split: UserSplit, items: list[UserItem]) -> list[tuple[list[i
     return [(train_items + unplaced, train_items), (support, train_items), (query, adapt_rest)]
 
 
-def build_pref_lamp(writing: UserWriting, embedder, split_config: SplitConfig | None = None, top_k: int = 10,
+def build_pref_lamp(writing: UserWriting, embedder, split_config: SplitConfig, top_k: int = 10,
                     seed: int = 0) -> PreferenceDataset:
     """Turn per-user (input, output) items into a preference data set (see module doc).
 
     Items are de-duplicated first; the user split (`make_split` with
     `split_config`, which depends only on ids, users and prompts) is fixed
     before any negative is mined, and each role mines from its own pool
-    (`negative_pools`), so a later `make_split` of the result gives the same split.
+    (`negative_pools`), so a later `make_split` of the result gives the same split. The split is a
+    required argument and is recorded in the notes: `make_split` refuses any other split of the result,
+    whose query items could have been mined as negatives under this one.
     """
     writing = deduplicate(writing)
     items = [item for item in writing.items if item.input]
     if len({item.user for item in items}) < 2:
         raise DataError(writing.source, "Pref-LaMP needs items from at least two users")
     provisional = [Comparison(item.id, item.user, item.input, item.output, "") for item in items]
-    split = make_split(PreferenceDataset(writing.name, writing.task, provisional), split_config or SplitConfig())
+    split = make_split(PreferenceDataset(writing.name, writing.task, provisional), split_config)
     embeddings = embedder.encode([item.input for item in items]).astype(np.float32)
     user_ids = np.unique(np.array([item.user for item in items]), return_inverse=True)[1]
     rng, rejected = np.random.default_rng(seed), {}
@@ -131,6 +133,6 @@ def build_pref_lamp(writing: UserWriting, embedder, split_config: SplitConfig | 
     for item in writing.items:
         profiles[item.user].append(item)
     notes = dict(writing.notes)
-    notes.update(pairs=len(comparisons), negatives_top_k=top_k, embedder=getattr(embedder, "key", "?"),
+    notes.update(pairs=len(comparisons), negatives_top_k=top_k, negatives_split=split_signature(split_config), embedder=getattr(embedder, "key", "?"),
                  negatives="train/held-out/support: train users' items; query: other adaptation users' query items")
     return PreferenceDataset(writing.name, writing.task, comparisons, completions, dict(profiles), notes)

@@ -16,7 +16,8 @@ adaptation user.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -107,7 +108,16 @@ def _train_heldout(by_user, train_users, fraction: float, rng, groups) -> tuple[
     return train, heldout
 
 
+def split_signature(config: SplitConfig) -> str:
+    return json.dumps(asdict(config), sort_keys=True)
+
+
 def make_split(dataset: PreferenceDataset, config: SplitConfig) -> UserSplit:
+    mined_under = dataset.notes.get("negatives_split")
+    if mined_under is not None and mined_under != split_signature(config):
+        raise DataError(dataset.name, f"its negatives were mined under the split {mined_under}; splitting it with "
+                                      f"{split_signature(config)} could put query texts among training negatives "
+                                      "(build the data set with the split you evaluate with)")
     by_user = {u: sorted(c.id for c in cs) for u, cs in dataset.comparisons_by_user().items()}
     users = sorted(by_user)
     if len(users) < 2:
