@@ -47,15 +47,29 @@ class EvalContext:
     split: UserSplit
     embedder: object | None = None  # CachedEmbedder, for retrieval
     items: dict[str, UserItem] = field(default_factory=dict)
+    comparisons: dict = field(default_factory=dict)  # id -> Comparison, filled on first use (pair-only data)
 
     def __post_init__(self):
         if not self.items:
             self.items = self.dataset.item_by_id()
 
     def demo_pool(self, user: str) -> list[UserItem]:
-        support = [self.items[i] for i in self.split.support.get(user, [])]
+        """The user's support items; on pair-only data (TL;DR, PRISM, RewardBench), each support prompt
+        with the answer the user chose (once per prompt: a turn's pairs share their chosen answer)."""
+        support, seen = [], set()
+        for i in self.split.support.get(user, []):
+            item = self.items.get(i) or self._chosen_item(i)
+            if (item.input, item.output) not in seen:
+                seen.add((item.input, item.output))
+                support.append(item)
         style_only = [item for item in self.dataset.profiles.get(user, []) if not item.input]
         return support + style_only
+
+    def _chosen_item(self, comparison_id: str) -> UserItem:
+        if not self.comparisons:
+            self.comparisons = {c.id: c for c in self.dataset.comparisons}
+        c = self.comparisons[comparison_id]
+        return UserItem(c.id, c.user, c.prompt, c.chosen)
 
 
 @dataclass
