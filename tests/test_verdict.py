@@ -14,27 +14,29 @@ from persalign.report.verdict import verdict_rows
 from persalign.runner.store import Cell, RunStore
 
 USERS = ["u1", "u2", "u3", "u4"]
-# label, deployment name, ROUGE-1 per user offset, generation seconds, tokens per output, adapt seconds (all users)
+# label, deployment name, ROUGE-1 per user offset, generation seconds, counted GFLOPs per output, adapt seconds
 SPEC = [
     ("Zero-Shot", "zero_shot", 10.0, 8.0, 4, None),
-    ("ICL-RAG", "icl_rag", 20.0, 24.0, 4, None),   # 3x greedy per token
-    ("Cheap RM", "args", 12.0, 16.0, 4, 8.0),      # 2x greedy, worse than ICL-RAG: dominated
-    ("Slow RM", "args", 11.0, 80.0, 4, 2.0),       # 10x greedy and worse than ICL-RAG: dominated
+    ("ICL-RAG", "icl_rag", 20.0, 80.0, 12, None),  # counted 3x greedy (measured 10x: the machine was busy)
+    ("Cheap RM", "args", 12.0, 16.0, 8, 8.0),      # counted 2x greedy, worse than ICL-RAG
+    ("Slow RM", "args", 11.0, 24.0, 40, 2.0),      # counted 10x greedy and worse than ICL-RAG: dominated
 ]
 
 
-def write_cell(store, index, label, name, rouge, seconds, tokens, adapt):
+def write_cell(store, index, label, name, rouge, seconds, gflops, adapt):
     cell = Cell("pol", label, 0)
-    rows = [{"id": f"{u}-{k}", "user": u, "batch": 0, "generation": "x", "generated_tokens": tokens,
+    rows = [{"id": f"{u}-{k}", "user": u, "batch": 0, "generation": "x", "generated_tokens": 4,
              "rouge1": rouge + i + k, "policy_correct": float(k == 0), "s_chosen": 1.0, "s_rejected": 0.0}
             for i, u in enumerate(USERS) for k in range(2)]
     if name == "args":
         rows = [{**r, "rm_correct": 1.0, "win": 1.0} for r in rows]
     store.append(cell, "rows.jsonl", rows)
-    settings = {"decoder_name": name} | ({"training": {"adapt_s": adapt}} if adapt is not None else {})
+    training = {"adapt_s": adapt, "adapt_work": {"flops_per_user": 1e9 * adapt}} if adapt is not None else None
+    settings = {"decoder_name": name} | ({"training": training} if training else {})
     store.write_metrics(cell, {"policy": "pol", "decoder": label, "decoder_name": name, "decoder_index": index,
                                "seed": 0, "seed_dependent": name != "zero_shot", "examples": len(rows), "users": 4, "policy_ties": 0.0, "rouge1": rouge,
                                "policy_accuracy": 50.0, "stage_seconds": {"generation_s": seconds},
+                               "counted_work": {"flops_per_output": 1e9 * gflops, "outputs": len(rows)},
                                "settings": settings})
 
 
@@ -54,12 +56,13 @@ def test_verdict_ranks_by_quality_with_costs_relative_to_greedy_and_the_pareto_f
     rows = verdict_rows(store, results_frame(store), analysis)
     assert [r.label for r in rows] == ["ICL-RAG", "Cheap RM", "Slow RM", "Zero-Shot"]
     by_label = {r.label: r for r in rows}
-    # greedy: 8 s for 8 outputs x 4 tokens; ICL-RAG 24 s for the same tokens -> 3x; Slow RM 80 s -> 10x
+    # counted: greedy 4 GFLOP per output, ICL-RAG 12 -> 3x, Slow RM 40 -> 10x; seconds only stand beside them
     assert by_label["ICL-RAG"].relative_cost == pytest.approx(3.0)
     assert by_label["Slow RM"].relative_cost == pytest.approx(10.0)
-    assert by_label["Zero-Shot"].relative_cost == pytest.approx(1.0) and by_label["Zero-Shot"].cost_basis == "per token"
-    assert by_label["Cheap RM"].adapt_s_per_user == pytest.approx(2.0)  # 8 s over 4 adaptation users
-    assert by_label["ICL-RAG"].adapt_s_per_user is None  # nothing is trained
+    assert by_label["Zero-Shot"].relative_cost == pytest.approx(1.0)
+    assert by_label["ICL-RAG"].seconds_per_output == pytest.approx(10.0)  # 80 s for 8 outputs
+    assert by_label["Cheap RM"].adapt == {"flops": 8e9, "seconds": pytest.approx(2.0)}  # 8 s over 4 users
+    assert by_label["ICL-RAG"].adapt is None  # nothing is trained
     assert by_label["ICL-RAG"].quality["mean"] == pytest.approx(20 + 1.5 + 0.5)  # users 0..3, items 0..1
     assert {r.label for r in rows if r.pareto} == {"ICL-RAG", "Cheap RM", "Zero-Shot"}  # Slow RM is dominated
 
@@ -68,7 +71,7 @@ def test_report_opens_with_the_verdict_and_its_sentence_comes_from_the_numbers(s
     text = build_report(stored_run)
     headings = [line for line in text.splitlines() if line.startswith("## ")]
     assert headings[0].startswith("## Verdict")
-    assert "| 1 | ICL-RAG | 22.00 [" in text and "3.0× (per token)" in text
+    assert "| 1 | ICL-RAG | 22.00 [" in text and "| 3.00× | 10.000 |" in text
     sentence = next(line for line in text.splitlines() if line.startswith("For these users"))
     # every user gains exactly 8 points over the best reward method: the interval is one point, above 0
     assert sentence.startswith(
@@ -82,7 +85,7 @@ def test_when_the_interval_includes_zero_the_verdict_says_the_data_cannot_separa
     store.root.mkdir(parents=True)
     (store.root / "config.yaml").write_text("name: fixture\ndata: {dataset: demo}\n")
     write_cell(store, 0, "Zero-Shot", "zero_shot", 10.0, 8.0, 4, None)
-    write_cell(store, 1, "ICL", "icl", 12.0, 16.0, 4, None)
+    write_cell(store, 1, "ICL", "icl", 12.0, 16.0, 8, None)
     cell = Cell("pol", "RM", 0)  # better for two users, worse for two: the difference straddles 0
     rows = [{"id": f"{u}-0", "user": u, "batch": 0, "generation": "x", "generated_tokens": 4,
              "rouge1": 12.0 + i + (9, -9, 8, -7)[i], "policy_correct": 1.0, "rm_correct": 1.0, "win": 1.0,

@@ -19,6 +19,7 @@ from persalign.decoders.args_lambda import choose_lambda
 from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
 )
+from persalign.cost import args_work, reward_shapes
 from persalign.decoding import clean_generation
 from persalign.metrics.ranking import pair_outcome
 from persalign.registry import register_decoder
@@ -64,8 +65,13 @@ class ArgsDeployment(TrainedDeployment):
         config = self.ctx.run.config
         guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, config.args.top_k)
         # decoded even at λ = 0 (unlike the λ choice): the cell's generation seconds are its cost in the verdict
-        ids = args_decode(self.lm, guide, batch.prompts, config.generation.max_new_tokens)
-        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids])
+        max_new = config.generation.max_new_tokens
+        ids = args_decode(self.lm, guide, batch.prompts, max_new)
+        shapes, token_level = reward_shapes(self.ctx.policy, self.trained), self.trained.method.token_level
+        work = [args_work(shapes, len(p), len(row), max_new, config.args.top_k, token_level).columns()
+                for p, row in zip(batch.prompts, ids)]
+        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids],
+                         columns=work)
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         users, prompts, n = batch.users, batch.prompts, len(batch.examples)

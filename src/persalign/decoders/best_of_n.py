@@ -14,6 +14,7 @@ the cells alone support the RM-accuracy vs Best-of-N correlation.
 
 from __future__ import annotations
 
+from persalign.cost import best_of_n_work, reward_shapes
 from persalign.decoders.args import plain_prompts
 from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
@@ -56,8 +57,10 @@ class BestOfN(TrainedDeployment):
         rewards = rewards.reshape(len(records), n)
         picks = nested_best(rewards.tolist(), self.ns)
         texts, scores, columns = [], [], []
+        shapes, max_new = reward_shapes(self.ctx.policy, self.trained), self.ctx.run.config.generation.max_new_tokens
         for i, record in enumerate(records):
-            row = {}
+            lengths = [len(ids) for ids in flat[i * n : (i + 1) * n]]  # the samples as the RM reads them
+            row = best_of_n_work(shapes, len(batch.prompts[i]), lengths, max_new).columns()
             for size in self.ns:
                 pick = picks[size][i]
                 row[f"rm_score@{size}"] = float(rewards[i, pick])

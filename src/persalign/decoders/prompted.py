@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from persalign.cost import greedy_work
 from persalign.decoders.base import DeploymentBase, Generated, PairScores, PreparedBatch, pair_responses
 from persalign.decoding import clean_generation, decode_from, greedy, prefill
 from persalign.records import UserItem
@@ -48,8 +49,12 @@ class PromptedDeployment(DeploymentBase):
         return batch.state
 
     def generate(self, batch: PreparedBatch) -> Generated:
-        ids = decode_from(self.lm, self._prefill(batch), greedy, self.ctx.run.config.generation.max_new_tokens)
-        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids])
+        max_new = self.ctx.run.config.generation.max_new_tokens
+        ids = decode_from(self.lm, self._prefill(batch), greedy, max_new)
+        shape = self.ctx.policy.shape
+        work = [greedy_work(shape, len(p), len(row), max_new).columns() for p, row in zip(batch.prompts, ids)]
+        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids],
+                         columns=work)
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         chosen, rejected = pair_responses(self.formatter, batch.examples)

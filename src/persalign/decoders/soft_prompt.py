@@ -17,6 +17,7 @@ from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
 )
 from persalign.decoding import clean_generation
+from persalign.cost import greedy_work, shape_of
 from persalign.registry import register_decoder
 
 
@@ -30,9 +31,12 @@ class SoftPromptDeployment(TrainedDeployment):
         return plain_prompts(self.formatter, examples)
 
     def generate(self, batch: PreparedBatch) -> Generated:
-        lm = self.trained.lm
-        ids = self.trained.method.generate(lm, batch.users, batch.prompts, self.ctx.run.config.generation.max_new_tokens)
-        return Generated([clean_generation(lm.tokenizer, row) for row in ids], [len(row) for row in ids])
+        lm, max_new = self.trained.lm, self.ctx.run.config.generation.max_new_tokens
+        ids = self.trained.method.generate(lm, batch.users, batch.prompts, max_new)
+        soft, shape = self.trained.method.soft_token_count, shape_of(lm.model)  # the soft tokens are prefilled too
+        work = [greedy_work(shape, len(p) + soft, len(row), max_new).columns() for p, row in zip(batch.prompts, ids)]
+        return Generated([clean_generation(lm.tokenizer, row) for row in ids], [len(row) for row in ids],
+                         columns=work)
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         n = len(batch.examples)

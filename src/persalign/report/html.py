@@ -153,7 +153,7 @@ def figure_shots(frame: pd.DataFrame) -> str | None:
 
 
 def figure_quality_vs_cost(store: RunStore, frame: pd.DataFrame, analyses: list) -> str | None:
-    """The verdict's figure: ROUGE-1 against generation cost ÷ greedy, Pareto front joined, per policy."""
+    """The verdict's figure: ROUGE-1 against the counted generation cost ÷ greedy, Pareto front joined, per policy."""
     panels = [(a.policy, [r for r in verdict_rows(store, frame, a) if r.relative_cost is not None]) for a in analyses]
     panels = [(policy, rows) for policy, rows in panels if len(rows) >= 2]
     if not panels:
@@ -166,7 +166,7 @@ def figure_quality_vs_cost(store: RunStore, frame: pd.DataFrame, analyses: list)
         ax.step([c for c, _ in front], [q for _, q in front], where="post", color="tab:red", label="Pareto front")
         ax.set_xscale("log")
         _label_points(ax, costs, quality, [r.label for r in rows])
-        ax.set_xlabel("generation cost ÷ greedy (log scale)")
+        ax.set_xlabel("counted generation cost ÷ greedy (FLOPs per output, log scale)")
         ax.set_ylabel("ROUGE-1 vs the users' own text")
         ax.set_title(policy, fontsize=9)
         ax.legend(fontsize=7, loc="lower right")

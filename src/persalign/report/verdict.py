@@ -1,15 +1,17 @@
 """The verdict a practitioner can act on: deployments ranked by how close they write to the users' own text.
 
 For each policy: every deployment with its ROUGE-1 against the users' own
-text and its policy accuracy (95% bootstrap CIs over adaptation users), and
-what it costs: seconds to adapt one new user (training.adapt_s ÷ adaptation
-users) and generation seconds per generated token relative to greedy decoding
-(the zero-shot cell). Best-of-N draws N samples per output, so its cost is
-stated as N (the samples are shared by every method and timed in one cell
-only). The Pareto front is the set no other deployment beats on both quality
-and cost. The sentence under the table is generated from these numbers; where
-the interval of "best ICL variant − best reward method" includes 0 it says the
-data cannot separate them.
+text and its policy accuracy (95% bootstrap CIs over adaptation users), its
+paired ROUGE-1 difference from greedy (zero-shot) with the smallest difference
+these users could detect (80% power), and what it costs, COUNTED
+(persalign/cost.py): generation FLOPs per output ÷ greedy's, and adaptation
+FLOPs per new user, with measured seconds beside them. Counted costs are a
+property of the method (two deployments writing the same outputs the same way
+cost the same, whatever ran first or beside them); seconds are not. The
+Pareto front (no other deployment both closer to the users' text and cheaper)
+uses the counted cost. The sentence under the table is generated from these
+numbers, with the cross-fitted "best ICL − best reward method" interval
+(analysis/paired.py); where it includes 0 it says the data cannot separate them.
 
     persalign report runs/demo/demo   # the verdict opens every report with generations
 """
@@ -21,9 +23,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from persalign.analysis.paired import detectable_difference, t_interval
 from persalign.analysis.study import PolicyAnalysis
 from persalign.report.study_sections import interval_text, power_text, winners
-from persalign.runner.store import Cell, RunStore
+from persalign.runner.store import RunStore
 
 
 @dataclass
@@ -31,57 +34,65 @@ class VerdictRow:
     label: str
     quality: dict  # ROUGE-1 metric_ci
     policy_accuracy: dict | None
-    adapt_s_per_user: float | None  # None: nothing is adapted (reward-free)
-    relative_cost: float | None  # generation cost ÷ greedy's
-    cost_basis: str  # "per token", "per output" (runs without token counts) or "N samples"
+    adapt: dict | None  # counted adaptation work per new user (+ measured seconds); None: nothing is adapted
+    relative_cost: float | None  # counted generation FLOPs per output ÷ greedy's
+    seconds_per_output: float | None  # measured generation seconds per output (beside the count, not ranked on)
+    versus_greedy: dict | None = None  # paired ROUGE-1 difference from zero-shot with its detectable difference
     pareto: bool = False
 
 
-def _generation_cost(store: RunStore, cells: pd.DataFrame) -> tuple[float | None, str]:
-    """Generation seconds per token (per output where rows carry no token counts) over a deployment's cells."""
-    seconds, tokens, outputs = 0.0, 0, 0
-    for _, cell in cells.iterrows():
-        rows = store.read_rows(Cell(cell["policy"], cell["decoder"], int(cell["seed"])))
-        seconds += float((cell["stage_seconds"] or {}).get("generation_s", 0.0))
-        outputs += len(rows)
-        counts = [r.get("generated_tokens") for r in rows]
-        tokens = tokens + sum(counts) if tokens is not None and all(c is not None for c in counts) else None
-    if tokens:
-        return seconds / tokens, "per token"
-    return (seconds / outputs if outputs else None), "per output"
+def _counted_flops(cells: pd.DataFrame) -> float | None:
+    """Counted generation FLOPs per output, over a deployment's cells (seeds); None for runs without counts."""
+    counted = [w for w in cells.get("counted_work", pd.Series(dtype=object)) if isinstance(w, dict)]
+    if not counted or len(counted) != len(cells):
+        return None
+    return float(sum(w["flops_per_output"] * w["outputs"] for w in counted) / sum(w["outputs"] for w in counted))
 
 
-def _adapt_seconds(cells: pd.DataFrame) -> float | None:
-    values = [s["training"]["adapt_s"] / max(1, int(users)) for s, users in zip(cells["settings"], cells["users"])
-              if isinstance(s, dict) and isinstance(s.get("training"), dict) and "adapt_s" in s["training"]]
-    return float(np.mean(values)) if values else None
+def _seconds_per_output(cells: pd.DataFrame) -> float | None:
+    seconds = sum(float((s or {}).get("generation_s", 0.0)) for s in cells["stage_seconds"])
+    outputs = int(cells["examples"].sum()) if "examples" in cells else 0
+    return seconds / outputs if outputs else None
 
 
-def _relative_cost(store, cells: pd.DataFrame, properties: dict, greedy: tuple[float | None, str]):
-    if properties.get("reranks_samples"):
-        settings = cells["settings"].iloc[0] or {}
-        return float(max(settings.get("ns", [1]))), "N samples"
-    cost, basis = _generation_cost(store, cells)
-    if cost is None or not greedy[0] or basis != greedy[1]:
-        return None, basis
-    return cost / greedy[0], basis
+def _adaptation(cells: pd.DataFrame) -> dict | None:
+    """Counted adaptation work per new user and the measured seconds (support features excluded)."""
+    logs = [s["training"] for s in cells["settings"] if isinstance(s, dict) and isinstance(s.get("training"), dict)]
+    counted = [log["adapt_work"]["flops_per_user"] for log in logs if isinstance(log.get("adapt_work"), dict)]
+    seconds = [log["adapt_s"] / max(1, int(users)) for log, users in zip(logs, cells["users"]) if "adapt_s" in log]
+    if not counted and not seconds:
+        return None
+    return {"flops": float(np.mean(counted)) if counted else None, "seconds": float(np.mean(seconds)) if seconds else None}
+
+
+def _versus_greedy(method, reference) -> dict | None:
+    """Paired (same users) ROUGE-1 difference from zero-shot: t interval and the detectable difference."""
+    if reference is None or method is reference:
+        return None
+    mine, base = method.user_means.get("rouge1", {}), reference.user_means.get("rouge1", {})
+    users = sorted(set(mine) & set(base))
+    if len(users) < 2:
+        return None
+    mean, half, sd = t_interval(np.array([mine[u] - base[u] for u in users]))
+    return {"mean": mean, "low": mean - half, "high": mean + half, "detectable": detectable_difference(sd, len(users))}
 
 
 def verdict_rows(store: RunStore, frame: pd.DataFrame, analysis: PolicyAnalysis) -> list[VerdictRow]:
-    """Deployments of one policy that generate, best ROUGE-1 first, Pareto front marked."""
+    """Deployments of one policy that generate, best ROUGE-1 first, Pareto front (counted cost) marked."""
     frame = frame[frame["policy"] == analysis.policy]
-    reference = frame[[bool(p.get("reference_baseline")) for p in frame["properties"]]]
-    greedy = _generation_cost(store, reference) if not reference.empty else (None, "per output")
+    reference = next((m for m in analysis.methods if m.properties.get("reference_baseline")), None)
+    greedy = _counted_flops(frame[frame["decoder"] == reference.label]) if reference else None
     rows = []
     for method in analysis.methods:
         quality = analysis.cis.get(method.label, {}).get("rouge1")
         if not quality:
             continue
         cells = frame[frame["decoder"] == method.label]
-        cost, basis = _relative_cost(store, cells, method.properties, greedy)
+        flops = _counted_flops(cells)
         rows.append(VerdictRow(method.label, quality, analysis.cis[method.label].get("policy_accuracy"),
-                               _adapt_seconds(cells) if method.properties.get("learns_from_pairs") else None,
-                               cost, basis))
+                               _adaptation(cells) if method.properties.get("learns_from_pairs") else None,
+                               flops / greedy if flops is not None and greedy else None,
+                               _seconds_per_output(cells), _versus_greedy(method, reference)))
     rows.sort(key=lambda r: -r.quality["mean"])
     for row in rows:
         row.pareto = row.relative_cost is not None and not any(
@@ -96,14 +107,29 @@ def _ci(ci: dict | None) -> str:
     return "-" if not ci else f"{ci['mean']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"
 
 
+def _versus(d: dict | None) -> str:
+    if not d:
+        return "–"
+    detectable = f"{d['detectable']:.1f}" if np.isfinite(d["detectable"]) else "-"
+    return f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] ({detectable})"
+
+
+def _adapt(a: dict | None) -> str:
+    if a is None:
+        return "none"
+    counted = "-" if a["flops"] is None else f"{a['flops'] / 1e9:.3g} GFLOP"
+    return counted + ("" if a["seconds"] is None else f" ({a['seconds']:.2f} s)")
+
+
 def verdict_table(rows: list[VerdictRow]) -> str:
-    lines = ["| Rank | Deployment | ROUGE-1 vs the users' text | Policy Acc | Adapt s / new user | "
-             "Generation cost ÷ greedy | Pareto |", "|---|---|---|---|---|---|---|"]
+    lines = ["| Rank | Deployment | ROUGE-1 vs the users' text | Δ vs greedy [95% CI] (detectable) | Policy Acc | "
+             "Adapt / new user: counted (measured) | Generation cost ÷ greedy (counted) | Measured s / output | "
+             "Pareto |", "|---|---|---|---|---|---|---|---|---|"]
     for rank, r in enumerate(rows, 1):
-        adapt = "none" if r.adapt_s_per_user is None else f"{r.adapt_s_per_user:.2f}"
-        cost = "-" if r.relative_cost is None else f"{r.relative_cost:.1f}× ({r.cost_basis})"
-        lines.append(f"| {rank} | {r.label} | {_ci(r.quality)} | {_ci(r.policy_accuracy)} | {adapt} | {cost} | "
-                     f"{'★' if r.pareto else ''} |")
+        cost = "-" if r.relative_cost is None else f"{r.relative_cost:.2f}×"
+        seconds = "-" if r.seconds_per_output is None else f"{r.seconds_per_output:.3f}"
+        lines.append(f"| {rank} | {r.label} | {_ci(r.quality)} | {_versus(r.versus_greedy)} | "
+                     f"{_ci(r.policy_accuracy)} | {_adapt(r.adapt)} | {cost} | {seconds} | {'★' if r.pareto else ''} |")
     return "\n".join(lines)
 
 
@@ -137,7 +163,13 @@ def verdict_section(store: RunStore, frame: pd.DataFrame, analyses: list[PolicyA
             continue
         parts += ["", f"## Verdict: which deployment to use for these users ({analysis.policy})", "",
                   verdict_table(rows), "", verdict_sentence(rows, analysis), "",
-                  "ROUGE-1 and policy accuracy: means over adaptation users with 95% bootstrap CIs. ★: on the "
-                  "quality-vs-cost Pareto front (no other deployment is both closer to the users' text and "
-                  "cheaper). Best-of-N's cost is its N samples per output."]
+                  "ROUGE-1 and policy accuracy: means over adaptation users with 95% bootstrap CIs. Δ vs greedy: "
+                  "the paired ROUGE-1 difference from zero-shot on the same users (t interval), and in brackets "
+                  "the smallest difference these users detect with 80% power (α = 0.05). Costs are COUNTED work, "
+                  "not seconds (persalign/cost.py): generation FLOPs per output (prompt prefill, decode steps, "
+                  "ARGS's k candidate tokens per step, Best-of-N's N samples and the RM reading them) ÷ "
+                  "zero-shot's; adaptation FLOPs per new user (6 · parameters per trained token, plus the "
+                  "support-feature pass). Measured seconds stand beside them (support features computed before "
+                  "adaptation is timed) and move with the machine's load. ★: on the Pareto front of ROUGE-1 "
+                  "against the counted cost."]
     return parts

@@ -91,6 +91,8 @@ class PDPO(nn.Module):
     def user_ids(self, users: list[str]) -> torch.Tensor:
         return torch.tensor([self.users.get(u, 0) for u in users], dtype=torch.long)
 
+    soft_token_count = SOFT_TOKENS  # prefilled before every prompt (counted in the deployment's cost)
+
     def soft_tokens(self, users: torch.Tensor, generic: bool = False) -> torch.Tensor:
         """(B, n, H) soft tokens of each row's user (the generic tokens for unknown users or `generic`)."""
         if generic:
@@ -170,6 +172,8 @@ class PDPO(nn.Module):
             loss = self._accumulate_gradients(lm, sub, reference_w, reference_l, with_generic)
             optimizer.step()
             log.steps += 1
+            log.tokens += sum(2 * (len(p) + SOFT_TOKENS) + len(w) + len(l)
+                              for p, w, l in zip(sub.prompts, sub.chosen, sub.rejected))
             log.history.append({"step": log.steps, "loss": loss})
             bar.update(1)
         bar.close()

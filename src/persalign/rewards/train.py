@@ -56,6 +56,7 @@ def pair_data(dataset, ids_by_user: dict[str, list[str]], formatter, users: list
 class TrainLog:
     epochs: int = 0
     steps: int = 0
+    tokens: int = 0  # tokens read by the trained path, summed over optimizer steps (counted cost)
     best_val_accuracy: float = float("nan")
     history: list[dict] = field(default_factory=list)
 
@@ -118,6 +119,7 @@ def _train_epoch(run: _Training, order: list[int]) -> dict:
         index = order[start : start + size]
         for optimizer in run.phases:
             r_w, r_l = pair_rewards(run.method, run.backbone, run.data, index)
+            run.log.tokens += sum(len(run.data.chosen[i]) + len(run.data.rejected[i]) for i in index)
             loss = loss_fn(r_w, r_l, run.log.steps) if loss_fn else bradley_terry_loss(r_w, r_l)
             for other in run.phases:
                 other.zero_grad()

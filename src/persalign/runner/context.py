@@ -17,6 +17,7 @@ from typing import Callable
 
 from persalign.batching import plan_generation
 from persalign.config import RunConfig
+from persalign.cost import shape_of
 from persalign.decoders.base import EvalContext, properties_of
 from persalign.decoding import generate_texts
 from persalign.runner.plan import PlannedCell
@@ -55,6 +56,14 @@ class PolicyContext:
     decoded: dict = field(default_factory=dict)  # the λ choice's ARGS batches at λ = 0 (greedy), per scorer kind
     prefills: dict = field(default_factory=dict)  # the λ choice's validation batches prefilled once (RewardGuide)
     _zero_shot: dict | None = None
+    _shape: object = None
+
+    @property
+    def shape(self):
+        """The policy's shape, for counted costs (persalign.cost)."""
+        if self._shape is None:
+            self._shape = shape_of(self.lm.model)
+        return self._shape
 
     def zero_shot_outputs(self) -> dict[str, str]:
         """Zero-shot outputs for the win rate: the run's Zero-Shot cell where it has them, else generated."""

@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from persalign.batching import fixed_groups, plan_generation
+from persalign.cost import cell_work, reward_shapes
 from persalign.decoders.base import Generated, PairScores
 from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
@@ -175,6 +176,18 @@ def in_example_order(rows: list[dict], examples: list[Example]) -> list[dict]:
     return sorted(rows, key=lambda row: position.get(row["id"], len(position)))
 
 
+def counted_work(rows: list[dict], ctx) -> dict | None:
+    """The cell's counted generation work (persalign.cost) and the shapes of the models it counts."""
+    work = cell_work(rows)
+    if work is None:
+        return None
+    models = {"policy": ctx.policy.shape.as_dict()}
+    if ctx.trained is not None and hasattr(ctx.trained, "backbone"):
+        models.update({k: v.as_dict() if v else None for k, v in reward_shapes(ctx.policy, ctx.trained).items()
+                       if k != "policy"})
+    return {**work, "models": models}
+
+
 def cell_metrics(deployment, ctx, rows: list[dict]) -> dict:
     run, planned = ctx.run, ctx.planned
     columns = [c for metric in run.metrics for c in metric.columns] + list(deployment.extra_columns)
@@ -187,6 +200,7 @@ def cell_metrics(deployment, ctx, rows: list[dict]) -> dict:
         "seed_dependent": properties.seed_dependent, "deployment": {"name": planned.decoder, **properties.as_dict()},
         **summarize(rows, columns),
         "stage_seconds": {key: float(np.sum([t.get(key, 0.0) for t in timings])) for key in stage_keys},
+        "counted_work": counted_work(rows, ctx),
         "peak_memory_mib": peak_memory_mib(),
         "settings": {"decoder_name": planned.decoder, "decoder_index": planned.decoder_index,
                      **run.metric_settings(), **deployment.settings()},

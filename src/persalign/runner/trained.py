@@ -17,6 +17,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from persalign.cost import adaptation_work, head_shape, shape_of
 from persalign.errors import ConfigError, PersalignError
 from persalign.models.aliases import default_cache_dir
 from persalign.models.loading import load_causal_lm
@@ -69,10 +70,16 @@ def fit_and_adapt(method, where, train: PairData, val: PairData, support: dict[s
     start = time.perf_counter()
     fit_log = method.fit(where, train, val)
     fit_s = time.perf_counter() - start
+    head_method = hasattr(where, "trainable")  # a reward backbone; else the policy itself (policy-side methods)
+    if head_method:  # the support features first: adaptation's seconds are then its own work, in any order
+        precompute_features(method, where, *support.values())
     start = time.perf_counter()
-    for user, pairs in support.items():
-        method.adapt(where, user, pairs)
-    return fit_log, {"fit_s": fit_s, "adapt_s": time.perf_counter() - start, "epochs": fit_log.epochs,
+    logs = [method.adapt(where, user, pairs) for user, pairs in support.items()]
+    adapt_s = time.perf_counter() - start
+    trained_path = head_shape(method) if head_method else shape_of(where.model)
+    features = shape_of(where.lm.model) if head_method else None
+    return fit_log, {"fit_s": fit_s, "adapt_s": adapt_s, "epochs": fit_log.epochs,
+                     "adapt_work": adaptation_work(logs, trained_path, features, list(support.values())),
                      "steps": fit_log.steps, "best_val_accuracy": fit_log.best_val_accuracy,
                      "settings": method.settings.__dict__, "history": fit_log.history}
 

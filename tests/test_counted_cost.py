@@ -1,0 +1,73 @@
+"""Counted costs (issue #28): the verdict's cost is counted work, a property of the method, not of the run.
+
+Before, "cost ÷ greedy" came from each cell's own seconds: two global RMs that
+chose λ = 0 and wrote identical outputs showed 3.1× and 1.7× in the fresh
+demo, and which personalized method ran first absorbed the support features.
+"""
+
+from persalign.config import load_config
+from persalign.cost import ModelShape, args_work, forward_flops, greedy_work, shape_of, steps_of
+from persalign.decoding import decode, greedy
+from persalign.runner.run import run
+from persalign.runner.store import Cell
+
+TINY = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]", "seeds=[0]",
+        "generation.max_new_tokens=5", "generation.batch_size=4", "split.max_query_per_user=3",
+        "decoders=[{name: zero_shot}]", "args.selection=fixed", "args.fixed_lambda=0.0", "reward.epochs=2"]
+TWO_RMS = "methods=[{name: global_rm, label: RM A}, {name: global_rm, label: RM B}, {name: mpu}, {name: pal}]"
+REVERSED = "methods=[{name: pal}, {name: mpu}, {name: global_rm, label: RM B}, {name: global_rm, label: RM A}]"
+
+
+def costs(store) -> dict:
+    out = {}
+    for m in store.all_metrics():
+        adapt = ((m.get("settings") or {}).get("training") or {}).get("adapt_work")
+        out[m["decoder"]] = (m["counted_work"]["flops_per_output"], adapt and adapt["flops_per_user"])
+    return out
+
+
+def test_identical_outputs_cost_the_same_and_the_order_of_methods_changes_no_cost(tmp_path, cache_dir):
+    first = run(load_config("demo-baselines", TINY + [TWO_RMS]), tmp_path / "a", log=lambda *_: None)
+    second = run(load_config("demo-baselines", TINY + [REVERSED]), tmp_path / "b", log=lambda *_: None)
+    a, b = costs(first), costs(second)
+    assert a == b  # generation and adaptation, every deployment, whichever order the methods ran in
+    rows = {m["decoder"]: [r["generation"] for r in first.read_rows(Cell(m["policy"], m["decoder"], m["seed"]))]
+            for m in first.all_metrics()}
+    assert rows["RM A"] == rows["RM B"] and a["RM A"] == a["RM B"]
+    assert a["RM A"][0] > a["Zero-Shot"][0]  # ARGS scores k candidates per step on top of the decode
+
+
+def test_decode_steps_are_counted_as_the_decoder_takes_them(tiny_lm):
+    calls = []
+
+    def counting(logprobs, step):
+        calls.append(step)
+        return greedy(logprobs, step)
+
+    for text in ("article one", "a much longer article about the river and the market"):
+        for cap in (1, 3, 8):
+            calls.clear()
+            (ids,) = decode(tiny_lm, [tiny_lm.tokenizer(text)["input_ids"]], counting, cap)
+            assert steps_of(len(ids), cap) == len(calls)
+
+
+def test_forward_counts_by_hand():
+    shape = ModelShape(body_params=100.0, head_params=10.0, layers=2, width=3)
+    # 4 tokens, none cached: 2·100·4 + 4·2·3·(1+2+3+4) + 2·10·1 logits row
+    assert forward_flops(shape, 4, 0, 1) == 800 + 240 + 20
+    work = greedy_work(shape, prompt=4, generated=2, max_new_tokens=5)  # 3 steps: prefill + 2 one-token forwards
+    assert (work.prefill_tokens, work.decode_tokens) == (4, 2)
+    assert work.flops == forward_flops(shape, 4, 0, 1) + forward_flops(shape, 1, 4, 1) + forward_flops(shape, 1, 5, 1)
+    head = ModelShape(0.0, 7.0, 0, 0)
+    shared = args_work({"policy": shape, "reward": None, "head": head}, 4, 2, 5, top_k=3, token_level=False)
+    assert (shared.prefill_tokens, shared.decode_tokens, shared.candidate_tokens) == (4, 0, 9)
+    separate = args_work({"policy": shape, "reward": shape, "head": head}, 4, 2, 5, top_k=3, token_level=False)
+    assert separate.decode_tokens == 2 and separate.reward_tokens == 4 and separate.flops > shared.flops
+
+
+def test_the_shape_of_a_model_excludes_the_embedding_lookup(tiny_lm):
+    shape = shape_of(tiny_lm.model)
+    total = sum(p.numel() for p in tiny_lm.model.parameters())
+    embedding = tiny_lm.model.get_input_embeddings().weight.numel()
+    assert shape.body_params == total - embedding - (0 if tiny_lm.model.config.tie_word_embeddings else shape.head_params)
+    assert shape.layers == tiny_lm.model.config.num_hidden_layers and shape.head_params > 0
