@@ -72,3 +72,23 @@ def test_rag_returns_the_most_similar_items_first(context):
 def test_shots_must_be_positive():
     with pytest.raises(ConfigError, match="shots must be >= 1"):
         plan(load_config("demo-baselines", ["decoders=[{name: icl, shots: 0}]"]))
+
+
+def test_demos_dropped_to_fit_the_prompt_budget_are_not_reported_as_used(tmp_path, cache_dir):
+    """Issue #29 (a): with a prompt budget below a demonstration's length, ICL rows were byte-identical to
+    zero-shot while `demo_ids` listed 4 demonstrations and the report said "ICL (4-shot)"."""
+    from persalign.config import load_config
+    from persalign.report.markdown import build_report
+    from persalign.runner.run import run
+    from persalign.runner.store import Cell
+
+    overrides = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]", "seeds=[0]",
+                 "generation.max_new_tokens=3", "split.max_query_per_user=2", "generation.max_prompt_tokens=60",
+                 "decoders=[{name: zero_shot}, {name: icl, shots: 4}]"]
+    store = run(load_config("demo-baselines", overrides), tmp_path / "run", log=lambda *_: None)
+    icl = next(m for m in store.all_metrics() if m["decoder_name"] == "icl")
+    rows = store.read_rows(Cell(icl["policy"], icl["decoder"], icl["seed"]))
+    assert all(len(r["demo_ids"]) + r["demos_dropped"] == 4 for r in rows)
+    assert icl["demos_used_mean"] == sum(len(r["demo_ids"]) for r in rows) / len(rows) < 4
+    assert icl["prompts_cut"] == sum(1 for r in rows if r["demos_dropped"]) > 0
+    assert "prompts cut to fit generation.max_prompt_tokens" in build_report(store.root)

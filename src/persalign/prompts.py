@@ -92,11 +92,16 @@ class PromptFormatter:
         self.chat = bool(getattr(tokenizer, "chat_template", None))
 
     def prompt_ids(self, query_input: str, demos: list[UserItem] = (), history: tuple = ()) -> list[int]:
+        return self.fit(query_input, demos, history)[0]
+
+    def fit(self, query_input: str, demos: list[UserItem] = (), history: tuple = ()) -> tuple[list[int], int]:
+        """(token ids, how many of `demos` are in them): demonstrations are dropped from the end until the
+        prompt fits `max_prompt_tokens`, so callers record the ones really shown, not the ones drawn."""
         demos = list(demos)
         while True:
             ids = self._encode(query_input, demos, history)
             if len(ids) <= self.max_prompt_tokens or not demos:
-                return ids
+                return ids, len(demos)
             demos.pop()
 
     def response_ids(self, text: str) -> list[int]:

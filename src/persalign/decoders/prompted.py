@@ -37,10 +37,13 @@ class PromptedDeployment(DeploymentBase):
         return []
 
     def prepare(self, examples: list) -> PreparedBatch:
-        demos = [self.demos(ex) for ex in examples]
-        prompts = [self.formatter.prompt_ids(ex.comparison.prompt, d, ex.comparison.history)
-                   for ex, d in zip(examples, demos)]
-        columns = [{"demo_ids": [d.id for d in ds], "prompt_tokens": len(p)} for ds, p in zip(demos, prompts)]
+        prompts, columns = [], []
+        for ex in examples:
+            drawn = self.demos(ex)
+            ids, shown = self.formatter.fit(ex.comparison.prompt, drawn, ex.comparison.history)
+            prompts.append(ids)  # the demonstrations recorded are those in the prompt, not those drawn
+            columns.append({"demo_ids": [d.id for d in drawn[:shown]], "demos_dropped": len(drawn) - shown,
+                            "prompt_tokens": len(ids)})
         return PreparedBatch(examples, prompts, columns)
 
     def _prefill(self, batch: PreparedBatch):

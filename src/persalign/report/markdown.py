@@ -71,12 +71,15 @@ def metrics_line(frame: pd.DataFrame) -> str:
 
 
 def _clipped_shots(rows: pd.DataFrame) -> str:
-    """' (3.2 demos used on average)' where a user's support set held fewer items than `shots`."""
+    """' (3.2 demos used on average)' where a user's support set held fewer items than `shots` or demos
+    were dropped to fit the prompt budget (then also how many prompts were cut)."""
     if "demos_used_mean" not in rows or rows["demos_used_mean"].isna().all():
         return ""
     shots = [s.get("shots") for s in rows["settings"] if isinstance(s, dict)]
     used = float(rows["demos_used_mean"].mean())
-    return f" ({used:.1f} demos used on average)" if shots and shots[0] and used < shots[0] - 1e-9 else ""
+    cut = int(rows["prompts_cut"].fillna(0).sum()) if "prompts_cut" in rows else 0
+    why = f"; {cut} prompts cut to fit generation.max_prompt_tokens" if cut else ""
+    return f" ({used:.1f} demos used on average{why})" if shots and shots[0] and used < shots[0] - 1e-9 else ""
 
 
 def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:

@@ -121,6 +121,9 @@ def power_text(diff: dict, title: str = "ROUGE-1") -> str:
     needed = diff.get("users_needed")
     need = (f"a {diff['gap']:g}-point gap needs ≈ {needed} users" if needed else
             f"no number of users detects a {diff['gap']:g}-point gap at this spread")
+    if diff["detectable"] >= 100:  # every metric here is on a 0-100 scale
+        return (f"these {diff['users']} users cannot detect any {title} difference with 80% power (α = 0.05): it "
+                f"would take a true difference of {diff['detectable']:.0f} points; {need}")
     return (f"these {diff['users']} users detect a true difference of {diff['detectable']:.1f} {title} points "
             f"with 80% power (α = 0.05); {need}")
 

@@ -77,7 +77,7 @@ def fit_and_adapt(method, where, train: PairData, val: PairData, support: dict[s
     logs = [method.adapt(where, user, pairs) for user, pairs in support.items()]
     adapt_s = time.perf_counter() - start
     trained_path = head_shape(method) if head_method else shape_of(where.model)
-    features = shape_of(where.lm.model) if head_method else None
+    features = shape_of(where.lm.model) if head_method and method.personalized else None  # globals adapt nothing
     return fit_log, {"fit_s": fit_s, "adapt_s": adapt_s, "epochs": fit_log.epochs,
                      "adapt_work": adaptation_work(logs, trained_path, features, list(support.values())),
                      "steps": fit_log.steps, "best_val_accuracy": fit_log.best_val_accuracy,
