@@ -169,7 +169,7 @@ def figure_quality_vs_cost(store: RunStore, frame: pd.DataFrame, analyses: list)
         ax.set_xlabel("counted generation cost ÷ greedy (FLOPs per output, log scale)")
         ax.set_ylabel("ROUGE-1 vs the users' own text")
         ax.set_title(policy, fontsize=9)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left")  # the costliest (Best-of-N) sit bottom right
     return _png(fig)
 
 
