@@ -108,7 +108,7 @@ def test_report_on_missing_or_wrong_directories(tmp_path, capsys, finished_run):
 
 
 @pytest.mark.parametrize("damage", ["empty_metrics", "truncated_metrics", "non_utf8_rows", "cut_rows_json",
-                                    "missing_rows"])
+                                    "missing_rows", "fewer_rows"])
 def test_a_damaged_cell_is_named_and_skipped_while_the_others_report(tmp_path, capsys, finished_run, damage):
     root = copy_of(finished_run, tmp_path)
     cell = sorted(root.glob("cells/*/*/seed-0"))[0]
@@ -121,6 +121,8 @@ def test_a_damaged_cell_is_named_and_skipped_while_the_others_report(tmp_path, c
         rows.write_bytes(b"\xff\xfe not text\n" + rows.read_bytes())
     elif damage == "cut_rows_json":
         rows.write_bytes(rows.read_bytes()[:30] + b"\n")
+    elif damage == "fewer_rows":  # issue #29 (c): whole lines cut; the report used to move without a word
+        rows.write_bytes(b"".join(rows.read_bytes().splitlines(keepends=True)[:3]))
     else:
         rows.unlink()
     code = cli.main(["report", str(root)])
@@ -340,3 +342,38 @@ def test_identical_chosen_and_rejected_are_dropped_and_reported(tmp_path, capsys
     path.write_bytes(jsonl_bytes(records))
     assert cli.main(["data", "summary", "demo-baselines", "data.dataset=preferences_jsonl", f"data.path={path}"]) == 0
     assert "pairs_with_chosen_equal_to_rejected_dropped=1" in capsys.readouterr().out
+
+
+def test_a_resume_whose_data_file_changed_is_refused_naming_the_file(tmp_path, capsys, cache_dir):
+    """Issue #29 (b): editing the data file and re-running resumed the old cells and their old references."""
+    data = tmp_path / "writing.jsonl"
+    data.write_bytes(jsonl_bytes([{"user": f"u{i % 4}", "input": f"article {i} about topic {i % 7}",
+                                   "output": f"headline {i}"} for i in range(48)]))
+    argv = ["run", "demo-baselines", "-o", str(tmp_path / "run"), "policies=[tiny-llama]", "data.embedder=hashing-bow",
+            "metrics.names=[rouge]", "seeds=[0]", "generation.max_new_tokens=2", "decoders=[{name: zero_shot}]",
+            "data.dataset=completions_jsonl", f"data.path={data}", "data.min_items_per_user=5",
+            "split.adapt_fraction=0.5"]
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 0  # the same data: resumed (nothing to do)
+    data.write_bytes(data.read_bytes().replace(b"headline 3", b"headline three"))
+    capsys.readouterr()  # the two runs' progress bars
+    line = cli_error(capsys, argv)
+    assert f"input file {data.resolve()} has changed since its cells were computed" in line
+    data.unlink()
+    assert "is gone since its cells were computed" in cli_error(capsys, argv)
+
+
+def test_a_cell_with_fewer_rows_than_its_metrics_say_is_recomputed_on_resume(tmp_path, finished_run):
+    """Issue #29 (c): a finished cell whose rows.jsonl lost lines counts as unfinished, never as complete."""
+    from persalign.runner.store import Cell, RunStore
+
+    root = copy_of(finished_run, tmp_path)
+    store = RunStore(root)
+    (metrics,) = [m for m in store.all_metrics() if m["decoder_name"] == "zero_shot"]
+    cell = Cell(metrics["policy"], metrics["decoder"], metrics["seed"])
+    rows = store.cell_dir(cell) / "rows.jsonl"
+    before = rows.read_bytes()
+    rows.write_bytes(b"".join(before.splitlines(keepends=True)[:3]))
+    assert not store.is_complete(cell)
+    run(tiny_config("seeds=[0]"), root, **QUIET)
+    assert len(store.read_rows(cell)) == metrics["examples"] and store.is_complete(cell)

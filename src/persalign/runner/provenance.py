@@ -1,8 +1,14 @@
-"""Provenance of a run: code version, package versions, machine, seeds, command."""
+"""Provenance of a run: code version, package versions, machine, seeds, command, and its input files' hashes.
+
+A resume compares the input files' sha256 with those of the run that computed
+the stored cells (RunStore.prepare): a data file edited since is refused,
+naming the file, instead of resuming cells built from the old data.
+"""
 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import importlib.metadata
 import platform
 import resource
@@ -42,8 +48,37 @@ def peak_memory_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def collect(device: str, seeds: list[int]) -> dict:
+def input_files(data_config) -> list[Path]:
+    """The files a data config reads: `data.path` (every file of a folder), and the files its loader names
+    beside it (`companion_files`, e.g. LaMP's outputs file). Hub sources (`hf:`) and built-in data: none."""
+    from persalign.registry import DATASETS
+
+    path = data_config.path
+    if not path or str(path).startswith("hf:"):
+        return []
+    root = Path(path).expanduser()
+    files = sorted(f for f in root.iterdir() if f.is_file()) if root.is_dir() else [root]
+    loader = DATASETS.get(data_config.dataset) if data_config.dataset in DATASETS else None
+    companions = getattr(loader, "companion_files", None)
+    files += [f for f in (companions(root) if companions and root.is_file() else []) if f.exists()]
+    return [f for f in files if f.exists()]
+
+
+def input_fingerprints(data_config) -> dict[str, str]:
+    """sha256 of every input file, by its absolute path: a resume compares them with the run's."""
+    fingerprints = {}
+    for file in input_files(data_config):
+        digest = hashlib.sha256()
+        with open(file, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+        fingerprints[str(file.resolve())] = digest.hexdigest()
+    return fingerprints
+
+
+def collect(device: str, seeds: list[int], inputs: dict[str, str] | None = None) -> dict:
     return {
+        "inputs": inputs or {},
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": sys.argv,
         "git": git_revision(),

@@ -70,7 +70,8 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
 def open_store(config: RunConfig, out_dir: str | Path, log) -> tuple[RunStore, list[PlannedCell], list[PlannedCell]]:
     """The prepared run store, every planned cell and those not yet complete."""
     store = RunStore(out_dir)
-    store.prepare(to_dict(config), provenance.collect(str(resolve_device(config.device)), config.seeds))
+    inputs = provenance.input_fingerprints(config.data)
+    store.prepare(to_dict(config), provenance.collect(str(resolve_device(config.device)), config.seeds, inputs))
     cells = plan(config)
     check_distinct_dirs([p.cell for p in cells])
     todo = [p for p in cells if not store.is_complete(p.cell)]

@@ -75,6 +75,22 @@ def extends(old: dict, new: dict) -> bool:
     return same_rest and all(entry in new.get(axis, []) for axis in CELL_AXES for entry in old.get(axis, []))
 
 
+def check_same_inputs(root: Path, runs: list[dict], inputs: dict[str, str]) -> None:
+    """Refuse to resume cells computed from input files that have changed since (or gone)."""
+    earlier = next((run["inputs"] for run in reversed(runs) if isinstance(run, dict) and "inputs" in run), None)
+    if not earlier:
+        return
+    for path, digest in earlier.items():
+        if inputs.get(path) != digest:
+            what = "is gone" if path not in inputs else "has changed"
+            raise ConfigError(f"{root}: input file {path} {what} since its cells were computed (sha256 "
+                              f"{digest[:12]}); resume with the same data, or write to another folder (-o)")
+    added = sorted(set(inputs) - set(earlier))
+    if added:
+        raise ConfigError(f"{root}: its cells were computed without input file {added[0]}; "
+                          "resume with the same data, or write to another folder (-o)")
+
+
 class RunStore:
     def __init__(self, root: str | Path):
         self.root = Path(root)
@@ -95,9 +111,10 @@ class RunStore:
                     f"{self.root} holds results of a different config; re-run with the same config to resume "
                     "(adding policies, decoders, methods or seeds is allowed), or choose another output folder (-o)"
                 )
-        _atomic_write(config_path, text)
         history = self.root / "provenance.json"
         runs = json.loads(history.read_text())["runs"] if history.exists() else []
+        check_same_inputs(self.root, runs, provenance.get("inputs", {}))
+        _atomic_write(config_path, text)
         _atomic_write(history, json.dumps({"runs": runs + [provenance]}, indent=2))
 
     def config(self) -> dict:
@@ -107,7 +124,16 @@ class RunStore:
         return self.root / cell.relpath()
 
     def is_complete(self, cell: Cell) -> bool:
-        return (self.cell_dir(cell) / "metrics.json").exists()
+        """metrics.json is there and the rows it summarises are all on disk (a cell whose rows.jsonl lost
+        lines, or whose metrics.json is unreadable, is unfinished: resumed, never used as it is)."""
+        path = self.cell_dir(cell) / "metrics.json"
+        if not path.exists():
+            return False
+        try:
+            metrics = json.loads(path.read_bytes().decode("utf-8"))
+            return rows_problem(metrics, self.read_rows(cell)) is None
+        except (ValueError, DataError):
+            return False
 
     def completed_batches(self, cell: Cell, batches: list[list[str]]) -> set[int]:
         """Batches whose rows are all on disk; rows of incomplete batches are removed."""
@@ -183,7 +209,10 @@ class RunStore:
                     raise ValueError("not a persalign metrics record")
                 if not (path.parent / "rows.jsonl").exists():
                     raise ValueError("rows.jsonl is missing beside it")
-                self.read_jsonl(Cell(metrics["policy"], metrics["decoder"], metrics["seed"]), "rows.jsonl")
+                rows = self.read_jsonl(Cell(metrics["policy"], metrics["decoder"], metrics["seed"]), "rows.jsonl")
+                problem = rows_problem(metrics, rows)
+                if problem:
+                    raise ValueError(problem)
             except (ValueError, DataError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
                 self.problems.append(f"{path.parent.relative_to(self.root)}: skipped ({_short(error)})")
                 continue
@@ -207,6 +236,17 @@ class RunStore:
             raise PersalignError(f"{self.root / 'config.yaml'}: damaged ({_short(error)})") from None
         if not isinstance(config, dict) or "data" not in config:
             raise PersalignError(f"{self.root / 'config.yaml'}: damaged (not a persalign run config)")
+
+
+def rows_problem(metrics: dict, rows: list[dict]) -> str | None:
+    """Why a cell's rows cannot be the ones its metrics.json summarises (None: they can)."""
+    if not isinstance(metrics, dict):
+        return "metrics.json is not an object"
+    expected = metrics.get("examples")
+    if isinstance(expected, int) and not isinstance(expected, bool) and len(rows) != expected:
+        return (f"rows.jsonl holds {len(rows)} rows, metrics.json summarises {expected}; "
+                "re-run the same command to recompute the cell")
+    return None
 
 
 def _short(error: Exception) -> str:
