@@ -34,12 +34,22 @@ def cli_error(capsys, argv) -> str:
     ("generation.batch_size=0", "generation.batch_size: 0 is not allowed (must be a number >= 1)"),
     ("generation.max_new_tokens=-1", "generation.max_new_tokens: -1 is not allowed (must be a number >= 1)"),
     ("args.top_k=0", "args.top_k: 0 is not allowed (must be a number >= 1)"),
-    ("args.lambdas=[]", "args.lambdas: [] is not allowed (must be a non-empty list of numbers >= 0)"),
+    ("args.lambdas=[]", "args.lambdas: [] is not allowed (must be a non-empty list of distinct finite numbers >= 0)"),
     ("best_of_n.ns=[]", "best_of_n.ns: [] is not allowed (must be a non-empty list of integers >= 1)"),
     ("args.selection=bogus", "args.selection: 'bogus' is not allowed (must be one of ['auto', 'policy_accuracy', "
                              "'harmonic', 'fixed'])"),
     ("decoders=[{name: icl, shots: -2}]", "decoders[0].shots: -2 is not allowed (must be a number >= 0)"),
-    ("seeds=[]", "seeds: [] is not allowed (must be a non-empty list of integers)"),
+    ("seeds=[]", "seeds: [] is not allowed (must be a non-empty list of distinct integers >= 0)"),
+    ("seeds=[-1]", "seeds: [-1] is not allowed (must be a non-empty list of distinct integers >= 0)"),
+    ("seeds=[0,0]", "seeds: [0, 0] is not allowed (must be a non-empty list of distinct integers >= 0)"),
+    ("data.seed=-3", "data.seed: -3 is not allowed (must be an integer >= 0)"),
+    ("split.seed=-1", "split.seed: -1 is not allowed (must be an integer >= 0)"),
+    ("args.lambdas=[0, .inf]", "args.lambdas: [0.0, inf] is not allowed (must be a non-empty list of distinct finite "
+                               "numbers >= 0)"),
+    ("args.fixed_lambda=-1", "args.fixed_lambda: -1.0 is not allowed (must be a finite number >= 0)"),
+    ("reward.lora_rank=0", "reward.lora_rank: 0 is not allowed (must be a number >= 1)"),
+    ("methods=[{name: lore, head_lr: -0.001}]", "methods[0].head_lr: -0.001 is not allowed (must be empty (null) or a "
+                                               "finite number > 0)"),
     ("split.support_fraction=1.5", "split.support_fraction: 1.5 is not allowed (must be a fraction strictly between "
                                    "0 and 1)"),
 ])
@@ -377,3 +387,10 @@ def test_a_cell_with_fewer_rows_than_its_metrics_say_is_recomputed_on_resume(tmp
     assert not store.is_complete(cell)
     run(tiny_config("seeds=[0]"), root, **QUIET)
     assert len(store.read_rows(cell)) == metrics["examples"] and store.is_complete(cell)
+
+
+def test_a_config_that_plans_no_cells_is_refused_before_the_run_dir_is_made(tmp_path, capsys):
+    """Issue #29: `decoders: []` ran 0 cells and exited 0."""
+    out = tmp_path / "run"
+    line = cli_error(capsys, ["run", "demo-baselines", "-o", str(out), "policies=[tiny-llama]", "decoders=[]"])
+    assert line.startswith("persalign: error: config: the run plans no cells") and not out.exists()

@@ -12,6 +12,7 @@ the key, the value and the rule in one line:
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from persalign.errors import ConfigError
@@ -40,8 +41,28 @@ def _nonempty_list(item_ok: Callable[[Any], bool], what: str) -> tuple[Callable[
     return (lambda v: bool(v) and all(item_ok(x) for x in v)), f"a non-empty list of {what}"
 
 
+def _distinct_list(item_ok: Callable[[Any], bool], what: str) -> tuple[Callable[[Any], bool], str]:
+    """A non-empty list without repeats (a repeated seed or λ would run, and count, the same thing twice)."""
+    return (lambda v: bool(v) and all(item_ok(x) for x in v) and len(set(v)) == len(v)), \
+        f"a non-empty list of distinct {what}"
+
+
+def _finite_at_least(low) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v is not None and low <= v < math.inf), f"a finite number >= {low}"
+
+
+def _optional_positive() -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: v is None or 0 < v < math.inf), "empty (null) or a finite number > 0"
+
+
+def _seed(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "seeds": _nonempty_list(lambda s: isinstance(s, int), "integers"),
+    "seeds": _distinct_list(_seed, "integers >= 0"),
+    "data.seed": (_seed, "an integer >= 0"),
+    "split.seed": (_seed, "an integer >= 0"),
     "policies": _nonempty_list(lambda p: bool(p), "model ids"),
     "generation.batch_size": _at_least(1),
     "generation.max_new_tokens": _at_least(1),
@@ -62,7 +83,10 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "reward.max_steps": _optional_at_least(1),
     "reward.feature_batch_size": _at_least(1),
     "args.top_k": _at_least(1),
-    "args.lambdas": _nonempty_list(lambda x: x >= 0, "numbers >= 0"),
+    "args.lambdas": _distinct_list(lambda x: 0 <= x < math.inf, "finite numbers >= 0"),
+    "args.fixed_lambda": _finite_at_least(0),
+    "reward.lora_rank": _at_least(1),
+    "reward.lora_alpha": ((lambda v: 0 < v < math.inf), "a finite number > 0"),
     "args.selection": _one_of(SELECTION_RULES),
     "args.validation_size": _at_least(1),
     "best_of_n.ns": _nonempty_list(lambda n: isinstance(n, int) and n >= 1, "integers >= 1"),
@@ -70,7 +94,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 }
 DECODER_RULES = {"shots": _at_least(0)}
 METHOD_RULES = {"max_steps": _optional_at_least(1), "adapt_epochs": _optional_at_least(1),
-                "latent_dim": _optional_at_least(1)}
+                "latent_dim": _optional_at_least(1), "head_lr": _optional_positive(), "user_lr": _optional_positive()}
 
 
 def _get(config, dotted: str):

@@ -22,6 +22,7 @@ from persalign.data.build import build_dataset
 from persalign.data.split import make_split
 from persalign.decoders.base import EvalContext
 from persalign.decoders.best_of_n_samples import SampleStore
+from persalign.errors import ConfigError
 from persalign.metrics.generation import RougeMetric
 from persalign.models.device import resolve_device
 from persalign.models.embedders import load_embedder
@@ -59,6 +60,7 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
     `backend` None runs the cells here, one after another; a `ray_backend.RayOptions` runs them as Ray tasks.
     """
     validate(config)
+    check_plan(config)  # before the run dir (and its lock) is made
     with locked(out_dir, log):
         if backend is not None:
             from persalign.runner.ray_backend import run_cells_on_ray  # Ray is an optional extra
@@ -67,13 +69,20 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
         return _run_cells(config, out_dir, log)
 
 
+def check_plan(config: RunConfig) -> None:
+    cells = plan(config)
+    if not cells:
+        raise ConfigError("config: the run plans no cells (decoders and methods are empty, or every deployment "
+                          "of the methods is switched off: args.enabled / best_of_n.enabled)")
+    check_distinct_dirs([p.cell for p in cells])
+
+
 def open_store(config: RunConfig, out_dir: str | Path, log) -> tuple[RunStore, list[PlannedCell], list[PlannedCell]]:
     """The prepared run store, every planned cell and those not yet complete."""
+    cells = plan(config)
     store = RunStore(out_dir)
     inputs = provenance.input_fingerprints(config.data)
     store.prepare(to_dict(config), provenance.collect(str(resolve_device(config.device)), config.seeds, inputs))
-    cells = plan(config)
-    check_distinct_dirs([p.cell for p in cells])
     todo = [p for p in cells if not store.is_complete(p.cell)]
     log(f"run dir {store.root}: {len(cells)} cells, {len(cells) - len(todo)} already complete")
     return store, cells, todo
