@@ -394,3 +394,29 @@ def test_a_config_that_plans_no_cells_is_refused_before_the_run_dir_is_made(tmp_
     out = tmp_path / "run"
     line = cli_error(capsys, ["run", "demo-baselines", "-o", str(out), "policies=[tiny-llama]", "decoders=[]"])
     assert line.startswith("persalign: error: config: the run plans no cells") and not out.exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"name: a\nseeds: [0]\nname: b\n", "key 'name' is given twice"),
+    (b"name: caf\xe9\n", "not UTF-8 text (byte 9)"),
+    (b"name: ../elsewhere\n", "name: '../elsewhere' is not allowed (must be a name without path separators"),
+])
+def test_config_files_with_duplicate_keys_bad_bytes_or_a_path_as_name_are_refused(tmp_path, capsys, content, message):
+    """Issue #29: duplicate keys were accepted (the last won), a non-UTF-8 file ended in a traceback and
+    `name: ../x` moved the default run directory out of runs/."""
+    config = tmp_path / "bad.yaml"
+    config.write_bytes(content)
+    assert message in cli_error(capsys, ["run", str(config), "-o", str(tmp_path / "run")])
+
+
+def test_a_directory_given_as_the_config_is_named(tmp_path, capsys):
+    assert cli_error(capsys, ["run", str(tmp_path)]) == (f"persalign: error: {tmp_path}: a directory, not a config "
+                                                         "file (give a YAML file or a built-in config name)")
+
+
+def test_a_method_label_of_dots_keeps_its_model_inside_models(tmp_path):
+    from persalign.runner.store import RunStore
+    from persalign.runner.trained import model_dir
+
+    store = RunStore(tmp_path / "run")
+    assert store.root / "models" in model_dir(store, "..", 0).resolve().parents

@@ -234,9 +234,25 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     node[parts[-1]] = value
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, except that a key given twice in one mapping is an error (not "the last wins")."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(None, None, f"key {key!r} is given twice",
+                                                        key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def resolve_config_path(name_or_path: str) -> Path:
     """A config file path, or the name of a built-in config such as `demo`."""
     path = Path(name_or_path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: a directory, not a config file (give a YAML file or a built-in config name)")
     if path.exists():
         return path
     builtin = BUILTIN_CONFIG_DIR / f"{name_or_path}.yaml"
@@ -249,9 +265,11 @@ def resolve_config_path(name_or_path: str) -> Path:
 def load_config(name_or_path: str, overrides: list[str] = (), cls: type = RunConfig) -> Any:
     path = resolve_config_path(name_or_path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.load(path.read_bytes().decode("utf-8"), Loader=UniqueKeyLoader) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from exc
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(exc).split())})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     for override in overrides:

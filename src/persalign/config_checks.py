@@ -60,6 +60,8 @@ def _seed(value) -> bool:
 
 
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "name": ((lambda v: isinstance(v, str) and bool(v.strip()) and "/" not in v and "\\" not in v
+              and v.strip(".") != ""), "a name without path separators (it names the run folder)"),
     "seeds": _distinct_list(_seed, "integers >= 0"),
     "data.seed": (_seed, "an integer >= 0"),
     "split.seed": (_seed, "an integer >= 0"),

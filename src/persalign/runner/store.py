@@ -31,10 +31,10 @@ class Cell:
     seed: int
 
     def relpath(self) -> Path:
-        return Path("cells") / _slug(self.policy) / _slug(self.decoder) / f"seed-{self.seed}"
+        return Path("cells") / folder_name(self.policy) / folder_name(self.decoder) / f"seed-{self.seed}"
 
 
-def _slug(text: str) -> str:
+def folder_name(text: str) -> str:
     """A directory name for a label: never '.', '..' or hidden (a label of '..' must not leave the run dir)."""
     return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_").lstrip(".") or "_"
 

@@ -27,6 +27,7 @@ from persalign.rewards.backbone import RewardBackbone, weights_fingerprint
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
 from persalign.rewards.method import precompute_features, resolve_settings
 from persalign.rewards.train import PairData, pair_data
+from persalign.runner.store import folder_name
 
 VALIDATION_PAIRS = 64  # policy-side methods: held-out pairs scored after fitting (logged, not used to stop)
 
@@ -46,11 +47,8 @@ class TrainedPolicyMethod:
 
 
 def model_dir(store, method_label: str, seed: int):
-    return store.root / "models" / _slug(method_label) / f"seed-{seed}"
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", text).strip("_")
+    """RUN_DIR/models/LABEL/seed-N; a label such as '..' still names a folder inside models/."""
+    return store.root / "models" / folder_name(method_label) / f"seed-{seed}"
 
 
 def training_pairs(run, formatter) -> tuple[PairData, PairData, dict[str, PairData]]:
