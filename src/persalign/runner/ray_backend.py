@@ -68,7 +68,7 @@ def _scratch_policy(config, planned, run_dir: str, inputs: tuple, kind: str):
     """A policy context over a scratch run dir holding `inputs`; the dir is removed afterwards. Errors
     name the driver's run dir `run_dir`, where the user will look, instead of the scratch dir."""
     from persalign.config import to_dict
-    from persalign.runner import run as local
+    from persalign.runner import cells as local
 
     root = Path(tempfile.mkdtemp(prefix=f"persalign-{kind}-{os.getpid()}-", dir=os.environ.get(SCRATCH_ENV)))
     what = f"{kind} {planned.method_label if kind == 'train' else planned.cell.decoder} seed {planned.cell.seed}"
@@ -90,7 +90,7 @@ def _scratch_policy(config, planned, run_dir: str, inputs: tuple, kind: str):
 
 def train_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
     """Task: fit + adapt the method `planned` needs; its model files."""
-    from persalign.runner.run import provide_trained
+    from persalign.runner.cells import provide_trained
 
     with _scratch_policy(config, planned, run_dir, inputs, "train") as (policy_ctx, providers, store):
         provide_trained(planned, policy_ctx, providers)
@@ -99,7 +99,7 @@ def train_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
 
 def cell_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
     """Task: one cell through the one evaluator; the cell's files (and the Best-of-N samples it drew)."""
-    from persalign.runner.run import run_planned
+    from persalign.runner.cells import run_planned
 
     with _scratch_policy(config, planned, run_dir, inputs, "cell") as (policy_ctx, providers, store):
         run_planned(planned, policy_ctx, providers)
@@ -138,7 +138,7 @@ class _Submitter:
 
     def model(self, planned):
         """The trained model's files: from the store if complete, else the ref of the one train task."""
-        from persalign.runner.run import need_key
+        from persalign.runner.cells import need_key
 
         key = need_key(planned)
         if key not in self.models:
@@ -194,7 +194,7 @@ def _wait_all(ray, submitter: _Submitter, progress, log) -> list[str]:
 
 def run_cells_on_ray(config, out_dir, options: RayOptions, log):
     """Every cell of `config` not yet in `out_dir`, as Ray tasks; the store (the caller holds its lock)."""
-    from persalign.runner.run import Progress, open_store
+    from persalign.runner.cells import Progress, open_store
     from persalign.runner.provenance import peak_memory_mib
 
     started = time.perf_counter()

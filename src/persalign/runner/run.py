@@ -4,6 +4,8 @@ The planner (runner/plan.py) lists the cells; each policy model is loaded
 once; a cell's trained component (reward model or policy-side method) is
 provided once per (method, seed) and reused by every deployment of it; the one
 evaluator (runner/evaluate.py) runs each cell's deployment through the store.
+The per-cell work lives in runner/cells.py, which the Ray backend calls too
+(run → ray_backend → cells: no import cycle).
 
     persalign run demo
     persalign run configs/news_category.yaml -o runs/news seeds=[0,1,2]
@@ -15,43 +17,15 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from persalign.batching import fixed_groups
-from persalign.config import RunConfig, to_dict
+from persalign.config import RunConfig
 from persalign.config_checks import validate
-from persalign.data.build import build_dataset
-from persalign.data.split import make_split
-from persalign.decoders.base import EvalContext
-from persalign.decoders.best_of_n_samples import SampleStore
-from persalign.errors import ConfigError
-from persalign.metrics.generation import RougeMetric
-from persalign.models.device import resolve_device
-from persalign.models.embedders import load_embedder
-from persalign.models.loading import load_causal_lm
-from persalign.prompts import PromptFormatter
-from persalign.registry import DECODERS, METRICS
 from persalign.runner import provenance
-from persalign.runner.context import CellContext, PolicyContext, RunContext
-from persalign.runner.evaluate import query_examples, run_cell
+from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: also used from here by tests)
+    Progress, check_plan, load_policy, need_key, open_store, policy_context, run_context, run_planned,
+    trained_providers,
+)
 from persalign.runner.lock import locked
-from persalign.runner.plan import PlannedCell, plan
-from persalign.runner.store import RunStore, check_distinct_dirs
-from persalign.runner.trained import RewardBackbones, trained_policy_method, trained_reward
-
-
-class Progress:
-    """Cells done out of the whole sweep, with an ETA from the mean time of the cells run so far."""
-
-    def __init__(self, total: int, already_done: int, log):
-        self.total, self.done, self.log = total, already_done, log
-        self.started, self.run_now = time.perf_counter(), 0
-
-    def tick(self, what: str) -> None:
-        self.done += 1
-        self.run_now += 1
-        elapsed = time.perf_counter() - self.started
-        eta = elapsed / self.run_now * (self.total - self.done)
-        self.log(f"progress {self.done}/{self.total} cells ({what}); elapsed {elapsed / 60:.1f} min, "
-                 f"ETA {eta / 60:.1f} min (mean cell time so far)")
+from persalign.runner.store import RunStore
 
 
 def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunStore:
@@ -67,25 +41,6 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
 
             return run_cells_on_ray(config, out_dir, backend, log)
         return _run_cells(config, out_dir, log)
-
-
-def check_plan(config: RunConfig) -> None:
-    cells = plan(config)
-    if not cells:
-        raise ConfigError("config: the run plans no cells (decoders and methods are empty, or every deployment "
-                          "of the methods is switched off: args.enabled / best_of_n.enabled)")
-    check_distinct_dirs([p.cell for p in cells])
-
-
-def open_store(config: RunConfig, out_dir: str | Path, log) -> tuple[RunStore, list[PlannedCell], list[PlannedCell]]:
-    """The prepared run store, every planned cell and those not yet complete."""
-    cells = plan(config)
-    store = RunStore(out_dir)
-    inputs = provenance.input_fingerprints(config.data)
-    store.prepare(to_dict(config), provenance.collect(str(resolve_device(config.device)), config.seeds, inputs))
-    todo = [p for p in cells if not store.is_complete(p.cell)]
-    log(f"run dir {store.root}: {len(cells)} cells, {len(cells) - len(todo)} already complete")
-    return store, cells, todo
 
 
 def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
@@ -110,59 +65,3 @@ def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
                         policy_ctx.trained.pop(need_key(planned), None)
     log(f"finished in {time.perf_counter() - started:.0f} s, peak memory {provenance.peak_memory_mib():.0f} MiB")
     return store
-
-
-def run_context(config: RunConfig, store: RunStore, log) -> RunContext:
-    embedder = load_embedder(config.data.embedder, config.cache_dir)
-    dataset = build_dataset(config.data, lambda: embedder, config.split)
-    split = make_split(dataset, config.split)
-    examples = query_examples(dataset, split)
-    log(f"data {dataset.name}: {len(dataset.users())} users, {len(dataset.comparisons)} pairs; "
-        f"{len(split.adapt_users)} adaptation users, {len(examples)} query examples")
-    metrics = [METRICS.get(name)(config.metrics, config.cache_dir) for name in config.metrics.names]
-    rouge = next((m for m in metrics if isinstance(m, RougeMetric)), None) or RougeMetric(config.metrics)
-    return RunContext(config, store, dataset, split, examples, EvalContext(dataset, split, embedder), metrics,
-                      rouge, log)
-
-
-def load_policy(config: RunConfig, policy: str):
-    return load_causal_lm(policy, config.device, config.dtype, config.cache_dir)
-
-
-def policy_context(run_ctx: RunContext, lm) -> PolicyContext:
-    config = run_ctx.config
-    formatter = PromptFormatter(lm.tokenizer, run_ctx.dataset.task, config.generation.max_prompt_tokens)
-    draws = fixed_groups(run_ctx.examples, config.generation.batch_size)  # not the cells' batches
-    samples = SampleStore(run_ctx.store.root, lm, formatter, run_ctx.metrics, config.best_of_n,
-                          config.generation.max_new_tokens, draws)
-    return PolicyContext(run_ctx, lm, formatter, samples)
-
-
-def trained_providers(config: RunConfig, store: RunStore) -> dict:
-    """What each kind of need is met by: a function of the cell context, cached per (method, seed)."""
-    backbones = RewardBackbones(config, store)
-    return {"reward_model": lambda ctx: trained_reward(ctx, backbones), "policy_method": trained_policy_method}
-
-
-def need_key(planned: PlannedCell) -> tuple:
-    return planned.needs, planned.method_label, planned.cell.seed
-
-
-def provide_trained(planned: PlannedCell, policy_ctx: PolicyContext, providers: dict):
-    """The cell's trained component, trained (or loaded from the run dir) once per (method, seed)."""
-    key = need_key(planned)
-    if key not in policy_ctx.trained:
-        policy_ctx.trained[key] = providers[planned.needs](CellContext(policy_ctx, planned))
-    return policy_ctx.trained[key]
-
-
-def run_planned(planned: PlannedCell, policy_ctx: PolicyContext, providers: dict) -> dict:
-    """One cell through the one evaluator; its metrics."""
-    ctx = CellContext(policy_ctx, planned)
-    if planned.needs:
-        ctx.trained = provide_trained(planned, policy_ctx, providers)
-    deployment = DECODERS.get(planned.decoder)(ctx)
-    result = run_cell(deployment, ctx)
-    cell = planned.cell
-    policy_ctx.run.log(f"{cell.decoder} | {cell.policy} | seed {cell.seed}: {deployment.summary_line(result)}")
-    return result
