@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from pathlib import Path
 
 from persalign.errors import PersalignError
 
@@ -93,6 +95,31 @@ def _cmd_list(args) -> None:
             print("  (none yet)")
 
 
+def os_problem(error: OSError) -> str:
+    """'PATH: what the system said' and what that means for stored results (writes are atomic or per batch)."""
+    where = error.filename or "a file"
+    what = error.strerror or str(error)
+    return (f"{where}: {what}; nothing already stored was lost (finished batches and cells are kept); "
+            "fix that and re-run the same command to resume")
+
+
+OPTIONS_WITH_A_VALUE = {"-o", "--output", "--address", "--num-cpus", "--num-gpus", "--max-retries", "--format"}
+OVERRIDE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*=")
+
+
+def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(`key=value` overrides, the rest). Overrides may stand anywhere (also after -o DIR), which argparse
+    alone cannot parse; an option's value (`-o runs/a=b`) or an existing file (`x=y.yaml`) is never one."""
+    overrides, rest = [], []
+    for i, arg in enumerate(argv):
+        is_value = i > 0 and argv[i - 1] in OPTIONS_WITH_A_VALUE
+        if not is_value and OVERRIDE.match(arg) and not Path(arg).exists():
+            overrides.append(arg)
+        else:
+            rest.append(arg)
+    return overrides, rest
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="persalign", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -131,15 +158,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # `key=value` overrides may stand anywhere (also after -o DIR), which argparse alone cannot parse.
-    overrides = [a for a in argv if "=" in a and not a.startswith("-")]
-    args = build_parser().parse_args([a for a in argv if a not in overrides])
+    overrides, rest = split_overrides(argv)
+    args = build_parser().parse_args(rest)
     if hasattr(args, "overrides"):
         args.overrides = overrides + args.overrides
     try:
         code = args.handler(args) or 0
     except PersalignError as exc:
         print(f"persalign: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # read-only folder, disk full, a directory where a file belongs: one line, not a traceback
+        print(f"persalign: error: {os_problem(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("persalign: interrupted; completed batches are saved, re-run the same command to resume",

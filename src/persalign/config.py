@@ -164,6 +164,15 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) or str(tp).replace("typing.", "")
 
 
+def _same_shape(value: Any, tp: Any) -> bool:
+    """Whether `value` has the outer shape of `tp` (a mapping for a dataclass, a list for a list)."""
+    if dataclasses.is_dataclass(tp):
+        return isinstance(value, dict)
+    if typing.get_origin(tp) is list:
+        return isinstance(value, list)
+    return isinstance(tp, type) and isinstance(value, tp)
+
+
 def _coerce(value: Any, tp: Any, where: str) -> Any:
     """Check `value` against the annotation `tp`, building nested dataclasses."""
     origin = typing.get_origin(tp)
@@ -178,8 +187,10 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             try:
                 return _coerce(value, arg, where)
             except ConfigError as exc:
-                errors.append(str(exc))
-        raise ConfigError(errors[0] if errors else f"{where}: bad value {value!r}")
+                errors.append((_same_shape(value, arg), str(exc)))
+        # the error of the alternative the value was meant as (a mapping: the dataclass), not the first
+        errors.sort(key=lambda e: not e[0])
+        raise ConfigError(errors[0][1] if errors else f"{where}: bad value {value!r}")
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value

@@ -92,6 +92,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "args.selection": _one_of(SELECTION_RULES),
     "args.validation_size": _at_least(1),
     "best_of_n.ns": _nonempty_list(lambda n: isinstance(n, int) and n >= 1, "integers >= 1"),
+    "metrics.bertscore_layer": _optional_at_least(1),
     "best_of_n.temperature": ((lambda v: v > 0), "a number > 0"),
 }
 DECODER_RULES = {"shots": _at_least(0)}

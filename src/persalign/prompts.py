@@ -10,7 +10,13 @@ without an input, e.g. LaMP-7 tweets) is listed in the first turn. Without a
 chat template the classic few-shot text format is used instead.
 
 If a prompt would exceed `max_prompt_tokens`, demonstrations are dropped from
-the end (the least relevant for ICL-RAG), never the query.
+the end (the least relevant for ICL-RAG). If the query alone is still too long,
+its earliest conversation turns are dropped, then its input is cut to its first
+tokens (the instruction and labels stay whole); `fit` says whether it cut, and
+the report counts those prompts. The budget is also held under the model's
+context less the generation length (`prompt_budget`), and texts are cut to
+MAX_CHARS_PER_TOKEN characters per budget token before tokenising, so memory is
+bounded by the token budget whatever a record's size.
 """
 
 from __future__ import annotations
@@ -19,6 +25,14 @@ from dataclasses import dataclass
 
 from persalign.errors import ConfigError
 from persalign.records import UserItem
+
+MAX_CHARS_PER_TOKEN = 32  # no tokenizer of the field averages more characters per token than this
+
+
+def prompt_budget(max_prompt_tokens: int, max_new_tokens: int, model_config) -> int:
+    """Prompt tokens allowed: the configured budget, within the model's context less the generation."""
+    context = getattr(model_config, "max_position_embeddings", None)
+    return max_prompt_tokens if not context else max(1, min(max_prompt_tokens, context - max_new_tokens))
 
 
 @dataclass(frozen=True)
@@ -94,19 +108,39 @@ class PromptFormatter:
     def prompt_ids(self, query_input: str, demos: list[UserItem] = (), history: tuple = ()) -> list[int]:
         return self.fit(query_input, demos, history)[0]
 
-    def fit(self, query_input: str, demos: list[UserItem] = (), history: tuple = ()) -> tuple[list[int], int]:
-        """(token ids, how many of `demos` are in them): demonstrations are dropped from the end until the
-        prompt fits `max_prompt_tokens`, so callers record the ones really shown, not the ones drawn."""
-        demos = list(demos)
+    def fit(self, query_input: str, demos: list[UserItem] = (), history: tuple = ()) -> tuple[list[int], int, bool]:
+        """(token ids, how many of `demos` are in them, whether the query itself was cut): demonstrations
+        are dropped from the end until the prompt fits `max_prompt_tokens`, so callers record the ones
+        really shown, not the ones drawn; then the query is cut (see the module docstring)."""
+        demos, history = list(demos), tuple(history)
+        limit = self.max_prompt_tokens * MAX_CHARS_PER_TOKEN
+        cut = len(query_input) > limit or any(len(text) > limit for _, text in history)
+        query_input, history = query_input[:limit], tuple((role, text[:limit]) for role, text in history)
         while True:
             ids = self._encode(query_input, demos, history)
-            if len(ids) <= self.max_prompt_tokens or not demos:
-                return ids, len(demos)
-            demos.pop()
+            overflow = len(ids) - self.max_prompt_tokens
+            if overflow <= 0:
+                return ids, len(demos), cut
+            if demos:
+                demos.pop()
+            elif history:
+                history, cut = history[2:], True  # the earliest exchange (user turn + reply)
+            elif query_input:
+                query_input, cut = self._shorten(query_input, overflow), True
+            else:  # the template alone is longer than the budget: nothing more to cut
+                return ids, 0, cut
+
+    def _shorten(self, text: str, overflow: int) -> str:
+        tokens = self.tokenizer.encode(text, add_special_tokens=False)
+        shorter = self.tokenizer.decode(tokens[: max(0, len(tokens) - overflow)]).strip()
+        return shorter if len(shorter) < len(text) else text[: len(text) // 2]  # always progress
 
     def response_ids(self, text: str) -> list[int]:
+        """A response's tokens, at most the prompt budget (a huge record must not allocate beyond it)."""
+        text = text[: self.max_prompt_tokens * MAX_CHARS_PER_TOKEN]
         # Without a chat template the response follows "Label:", so it starts with a space.
-        return self.tokenizer.encode(text if self.chat else " " + text, add_special_tokens=False)
+        ids = self.tokenizer.encode(text if self.chat else " " + text, add_special_tokens=False)
+        return ids[: self.max_prompt_tokens]
 
     def _encode(self, query_input: str, demos: list[UserItem], history: tuple = ()) -> list[int]:
         if self.chat:

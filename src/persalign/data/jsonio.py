@@ -11,7 +11,11 @@ from persalign.errors import DataError
 
 def existing_file(path: str | Path, what: str = "data file") -> Path:
     path = Path(path).expanduser()
-    if not path.is_file():
+    if path.is_dir():
+        raise DataError(path, f"a directory, not a {what} (give the file inside it)")
+    if path.exists() and not path.is_file():
+        raise DataError(path, f"not a regular file (a device or pipe); give a {what}")
+    if not path.exists():
         raise DataError(path, f"{what} not found")
     return path
 
@@ -40,7 +44,7 @@ def read_jsonl(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise DataError(path, f"invalid JSON ({exc.msg} at column {exc.colno})", f"line {lineno}") from exc
             if not isinstance(record, dict):
                 raise DataError(path, f"expected a JSON object, got {type(record).__name__}", f"line {lineno}")
-            yield lineno, record
+            yield lineno, only_text(record, path, f"line {lineno}")
 
 
 def read_json(path: str | Path) -> Any:
@@ -53,9 +57,20 @@ def read_json(path: str | Path) -> Any:
         raise DataError(path, f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte offset {exc.start})",
                         f"line {line}") from None
     try:
-        return json.loads(text)
+        return only_text(json.loads(text), path, None)
     except json.JSONDecodeError as exc:
         raise DataError(path, f"invalid JSON ({exc.msg} at line {exc.lineno}, column {exc.colno})") from exc
+
+
+def only_text(value, path: Path, where: str | None):
+    """`value` unchanged, unless a string in it holds an escaped lone UTF-16 surrogate (JSON allows
+    "\\ud800"; it is not text, and a tokenizer fails on it with a TypeError far from the file)."""
+    try:
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(path, f"a text holds a lone UTF-16 surrogate ({exc.object[exc.start:exc.end]!a}), which "
+                              "is not a character; fix the escape in the file", where) from None
+    return value
 
 
 def require_text(record: dict[str, Any], key: str, path: Path | str, where: str) -> str:

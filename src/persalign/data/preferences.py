@@ -120,7 +120,8 @@ def load_preferences_jsonl(config: DataConfig) -> PreferenceDataset:
         if record.get("reference") is not None:
             completions.append(Completion(pair_id, user, prompt, require_text(record, "reference", path, where)))
     if not comparisons:
-        raise DataError(path, "the file holds no records")
+        raise DataError(path, f"every one of its {identical} pairs has chosen == rejected: no preference to learn"
+                        if identical else "the file holds no records")
     return PreferenceDataset("preferences_jsonl", config.task or "chat", comparisons, completions,
                              notes={"pairs": len(comparisons), "with_reference": len(completions),
                                     "pairs_with_chosen_equal_to_rejected_dropped": identical})

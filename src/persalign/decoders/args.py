@@ -21,6 +21,7 @@ from persalign.decoders.base import (
 )
 from persalign.cost import args_work, reward_shapes
 from persalign.decoding import clean_generation
+from persalign.files import DamagedFileError, fields, read_json, set_aside, write_atomic
 from persalign.metrics.ranking import pair_outcome
 from persalign.registry import register_decoder
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
@@ -28,8 +29,8 @@ from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 
 def plain_prompts(formatter, examples: list) -> PreparedBatch:
     """The query prompts with no demonstrations (the user is in the reward model, not the prompt)."""
-    prompts = [formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in examples]
-    return PreparedBatch(examples, prompts, [{} for _ in examples])
+    fitted = [formatter.fit(ex.comparison.prompt, history=ex.comparison.history) for ex in examples]
+    return PreparedBatch(examples, [ids for ids, _, _ in fitted], [{"input_cut": cut} for _, _, cut in fitted])
 
 
 @register_decoder("args")
@@ -46,13 +47,15 @@ class ArgsDeployment(TrainedDeployment):
     def begin(self) -> None:
         path = self.ctx.run.store.cell_dir(self.ctx.cell) / "lambda.json"
         if path.exists():
-            self.choice = json.loads(path.read_text())
-            return
+            try:
+                self.choice = read_json(path, fields({"lambda": (int, float)}))
+                return
+            except DamagedFileError as error:
+                set_aside(path, error.problem, "λ is chosen again")
         started = time.perf_counter()
         self.choice = choose_lambda(self.ctx, self.trained)
         self.choice["seconds"] = time.perf_counter() - started
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.choice, indent=2))
+        write_atomic(path, json.dumps(self.choice, indent=2))
 
     @property
     def lam(self) -> float:

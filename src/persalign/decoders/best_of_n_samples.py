@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import torch
 
 from persalign.decoding import clean_generation, decode
+from persalign.files import set_aside, short, write_atomic
 from persalign.metrics.generation import score_generations
 
 
@@ -55,6 +56,27 @@ def nested_best(scores: list[list[float]], ns: list[int]) -> dict[int, list[int]
     return out
 
 
+def _read_samples(path) -> dict:
+    """{example id: record} of a samples file. A torn last line (a kill) is redrawn; a damaged file is set
+    aside and its samples drawn again (they are a deterministic function of the seed and example)."""
+    if not path.exists():
+        return {}
+    try:
+        lines = path.read_bytes().decode("utf-8").splitlines(keepends=True)
+        records = [json.loads(line) for line in lines if line.endswith("\n")]
+        problem = next((f"line {i} is not a samples record" for i, r in enumerate(records, 1)
+                        if not isinstance(r, dict) or not isinstance(r.get("id"), str)
+                        or not isinstance(r.get("samples"), list)), None)
+    except ValueError as error:  # UnicodeDecodeError and JSONDecodeError
+        problem = short(error)
+    if problem:
+        set_aside(path, problem, "its samples are drawn again")
+        return {}
+    if lines and not lines[-1].endswith("\n"):  # new samples are appended: never after a torn line
+        write_atomic(path, "".join(lines[:-1]))
+    return {record["id"]: record for record in records}
+
+
 @dataclass
 class SampleStore:
     """Samples per policy × seed, appended per batch so an interrupted run keeps what it drew."""
@@ -73,10 +95,7 @@ class SampleStore:
 
     def _known(self, seed: int) -> dict:
         if seed not in self.loaded:
-            path = self.path(seed)
-            lines = path.read_text(encoding="utf-8").splitlines(keepends=True) if path.exists() else []
-            records = [json.loads(line) for line in lines if line.endswith("\n")]  # a torn last line is redrawn
-            self.loaded[seed] = {record["id"]: record for record in records}
+            self.loaded[seed] = _read_samples(self.path(seed))
         return self.loaded[seed]
 
     def get(self, batch, seed: int) -> list[dict]:

@@ -40,10 +40,10 @@ class PromptedDeployment(DeploymentBase):
         prompts, columns = [], []
         for ex in examples:
             drawn = self.demos(ex)
-            ids, shown = self.formatter.fit(ex.comparison.prompt, drawn, ex.comparison.history)
+            ids, shown, input_cut = self.formatter.fit(ex.comparison.prompt, drawn, ex.comparison.history)
             prompts.append(ids)  # the demonstrations recorded are those in the prompt, not those drawn
             columns.append({"demo_ids": [d.id for d in drawn[:shown]], "demos_dropped": len(drawn) - shown,
-                            "prompt_tokens": len(ids)})
+                            "input_cut": input_cut, "prompt_tokens": len(ids)})
         return PreparedBatch(examples, prompts, columns)
 
     def _prefill(self, batch: PreparedBatch):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from persalign.errors import ModelLoadError
+from persalign.files import set_aside, short
 from persalign.models.aliases import default_cache_dir
 from persalign.registry import EMBEDDERS, MODELS, register_embedder
 
@@ -51,12 +53,13 @@ class TransformerEmbedder:
     def __init__(self, name: str, cache_dir: str | None = None, device: str = "cpu", batch_size: int = 64):
         from transformers import AutoModel, AutoTokenizer
 
-        from persalign.models.loading import resolve_model_path
+        from persalign.models.loading import hub_kwargs, resolve_model_path
 
         path = resolve_model_path(name, cache_dir)
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(path)
-            self.model = AutoModel.from_pretrained(path).to(device).eval()
+            local = hub_kwargs(path)
+            self.tokenizer = AutoTokenizer.from_pretrained(path, **local)
+            self.model = AutoModel.from_pretrained(path, **local).to(device).eval()
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"could not load embedding model {name!r}: {str(exc).splitlines()[0]}") from exc
         self.device = device
@@ -79,6 +82,20 @@ class TransformerEmbedder:
         return np.concatenate(chunks) if chunks else np.zeros((0, 1), dtype=np.float32)
 
 
+def _read_cache(path: Path) -> dict[str, np.ndarray]:
+    """{text hash: vector} from the .npz cache; a damaged cache is set aside and the vectors computed again
+    (no pickle: a file holding pickled objects is damage, not something to execute)."""
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            hashes, vectors = stored["hashes"], stored["vectors"]
+            if hashes.ndim != 1 or vectors.ndim != 2 or len(hashes) != len(vectors) or hashes.dtype.kind != "U":
+                raise ValueError(f"hashes {hashes.shape} and vectors {vectors.shape} do not match")
+            return dict(zip(hashes.tolist(), vectors))
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+        set_aside(path, short(error), "its embeddings are computed again")
+        return {}
+
+
 class CachedEmbedder:
     """Wraps an embedder with a per-text disk cache (one .npz per embedder)."""
 
@@ -88,8 +105,7 @@ class CachedEmbedder:
         self.path = None if cache_dir is None else Path(cache_dir) / "embeddings" / f"{embedder.key}.npz"
         self._memory: dict[str, np.ndarray] = {}
         if self.path is not None and self.path.exists():
-            stored = np.load(self.path)
-            self._memory = dict(zip(stored["hashes"].tolist(), stored["vectors"]))
+            self._memory = _read_cache(self.path)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         hashes = [_text_hash(t) for t in texts]

@@ -37,6 +37,31 @@ def resolve_model_path(name: str, cache_dir: str | None = None) -> str:
     return name
 
 
+def hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether the model hub answers at all (one TCP connect). Offline, transformers would retry for
+    about a minute and print dozens of lines before failing; with no hub we read only local files."""
+    import os
+    import socket
+    from urllib.parse import urlparse
+
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        socket.create_connection((url.hostname, url.port or 443), timeout=timeout_s).close()
+        return True
+    except OSError:
+        return False
+
+
+def hub_kwargs(path: str) -> dict:
+    """from_pretrained options: with the hub unreachable, a hub id is looked up in the local cache only
+    (fails at once). A local folder needs no option."""
+    from pathlib import Path
+
+    return {} if Path(path).exists() or hub_reachable() else {"local_files_only": True}
+
+
 def load_causal_lm(name: str, device: str = "auto", dtype: str = "auto", cache_dir: str | None = None) -> LoadedLM:
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -47,13 +72,15 @@ def load_causal_lm(name: str, device: str = "auto", dtype: str = "auto", cache_d
 
         path = resolve_model_path(name, cache_dir)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+            local = hub_kwargs(path)
+            tokenizer = AutoTokenizer.from_pretrained(path, **local)
+            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **local)
         except (OSError, ValueError) as exc:
+            offline = " (the model hub cannot be reached from here: only local files were tried)" if local else ""
             raise ModelLoadError(
-                f"could not load causal LM {name!r} ({exc.__class__.__name__}: {str(exc).splitlines()[0]}); "
-                "give a local folder, a reachable hub id, or an alias from `persalign list`"
-            ) from exc
+                f"could not load causal LM {name!r}{offline} ({exc.__class__.__name__}: "
+                f"{str(exc).splitlines()[0][:200]}); give a local folder, a reachable hub id, or an alias from "
+                "`persalign list`") from None
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device=torch_device, dtype=torch_dtype).eval()

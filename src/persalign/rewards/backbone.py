@@ -21,10 +21,11 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from persalign.batching import default_budget, plan_batches
 from persalign.decoding import Prefill, left_pad
+from persalign.files import DamagedFileError, read_tensors, set_aside
 from persalign.models.loading import decoder_stack
 from persalign.scoring import continue_from_prefill, right_pad
 
@@ -39,6 +40,19 @@ def response_positions(prompt_lengths: list[int], response_lengths: list[int]) -
         rows += [row] * r
         cols += range(p, p + r)
     return rows, cols
+
+
+def _read_shard(shard: Path) -> dict[str, torch.Tensor]:
+    """A feature shard's tensors; a damaged shard is set aside and its features computed again."""
+    try:
+        tensors = read_tensors(shard)
+    except DamagedFileError as error:
+        set_aside(shard, error.problem, "its features are computed again")
+        return {}
+    if any(t.dim() not in (1, 2) or not t.is_floating_point() for t in tensors.values()):
+        set_aside(shard, "a tensor that is not a feature vector or matrix", "its features are computed again")
+        return {}
+    return tensors
 
 
 class RewardBackbone:
@@ -60,7 +74,7 @@ class RewardBackbone:
         self._unsaved: set[str] = set()
         if self.cache_path is not None:
             for shard in sorted(self.cache_path.glob("shard-*.safetensors")):
-                self._cache.update(load_file(str(shard)))
+                self._cache.update(_read_shard(shard))
 
     @property
     def hidden_size(self) -> int:

@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
+from persalign.files import fields, read_json, read_tensors, write_atomic
 from persalign.rewards import base
 from persalign.rewards.train import PairData, TrainLog, TrainSchedule, train_pairs
 
@@ -100,17 +101,17 @@ def save_parameters(method: nn.Module, folder: str | Path) -> None:
               str(folder / "head.safetensors"))
     meta = {"method": method.name, "hidden_size": method.hidden_size, "users": method.users,
             "settings": asdict(method.settings), "fitted_rows": getattr(method, "fitted_rows", None)}
-    (folder / "head.json").write_text(json.dumps(meta, indent=2))
+    write_atomic(folder / "head.json", json.dumps(meta, indent=2))
 
 
 def load_parameters(cls, folder: str | Path):
     """Rebuild a method saved by `save_parameters` (users re-added in their original order; no pickle)."""
     folder = Path(folder)
-    meta = json.loads((folder / "head.json").read_text())
+    meta = read_json(folder / "head.json", fields({"hidden_size": int, "users": dict, "settings": dict}))
     method = cls(meta["hidden_size"], MethodSettings(**meta["settings"]))
     for user in sorted(meta["users"], key=meta["users"].get):
         method.add_user(user)
-    method.load_state_dict(load_file(str(folder / "head.safetensors")))
+    method.load_state_dict(read_tensors(folder / "head.safetensors"))
     method.fitted_rows = meta.get("fitted_rows")
     return method.eval()
 

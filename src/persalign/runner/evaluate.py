@@ -136,8 +136,9 @@ def summarize(rows: list[dict], score_columns: list[str]) -> dict:
     summary["empty_generations"] = sum(1 for r in rows if r.get("generation") == "")
     if rows and "demo_ids" in rows[0]:  # shots are clipped per user to the support set: say what was used
         used = [len(r["demo_ids"]) for r in rows]
-        summary.update(demos_used_mean=float(np.mean(used)), demos_used_min=int(min(used)),
-                       prompts_cut=sum(1 for r in rows if r.get("demos_dropped")))  # demos dropped to fit
+        summary.update(demos_used_mean=float(np.mean(used)), demos_used_min=int(min(used)))
+    if rows and ("demo_ids" in rows[0] or "input_cut" in rows[0]):  # the prompts that did not fit whole
+        summary["prompts_cut"] = sum(1 for r in rows if r.get("demos_dropped") or r.get("input_cut"))
     return summary
 
 

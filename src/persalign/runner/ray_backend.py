@@ -21,6 +21,7 @@ error after every other cell's results are written.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import socket
@@ -30,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from persalign.errors import PersalignError
+from persalign.errors import ConfigError, PersalignError
 from persalign.runner.trained import model_dir
 
 SCRATCH_ENV = "PERSALIGN_SCRATCH_DIR"  # where a worker keeps a task's scratch run dir (default: system temp)
@@ -43,6 +44,41 @@ class RayOptions:
     num_cpus: float = 1.0  # per task
     num_gpus: float = 0.0  # per task; fractional to let several small-model cells share a GPU
     max_retries: int = 2  # retries of a task whose worker died (node lost, killed, out of memory)
+
+    def __post_init__(self):
+        for flag, value in (("--num-cpus", self.num_cpus), ("--num-gpus", self.num_gpus),
+                            ("--max-retries", self.max_retries)):
+            if not 0 <= value < math.inf:
+                raise ConfigError(f"{flag}: {value} is not allowed (must be a finite number >= 0)")
+        if self.num_cpus == 0 and self.num_gpus == 0:
+            raise ConfigError("--num-cpus 0 with --num-gpus 0: a task must ask for some CPU or GPU")
+
+
+CONNECT_TIMEOUT_S = 10.0
+
+
+def check_reachable(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """Fail in seconds, not never, when HOST:PORT does not answer (ray.init would wait on it)."""
+    if not address or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--address {address!r}: give auto or HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise PersalignError(f"--address {address}: no Ray cluster answers there within {timeout_s:.0f} s "
+                             f"({error.strerror or error}); start one (ray start --head) or fix the address") from None
+
+
+def check_resources(nodes: list[dict], options: RayOptions) -> None:
+    """A task asking for more than any node has would wait forever: refuse it before submitting."""
+    alive = [n.get("Resources", {}) for n in nodes if n.get("Alive", True)]
+    for flag, key, wanted in (("--num-cpus", "CPU", options.num_cpus), ("--num-gpus", "GPU", options.num_gpus)):
+        most = max((r.get(key, 0.0) for r in alive), default=0.0)
+        if wanted > most:
+            raise PersalignError(f"{flag} {wanted:g}: no node of the Ray cluster has that many "
+                                 f"({key} per node at most {most:g}); ask for fewer")
 
 
 # ---------------------------------------------------------------- worker side
@@ -120,8 +156,14 @@ def _connect(options: RayOptions, log):
     if not ray.is_initialized():
         env = {"TQDM_DISABLE": "1"}  # progress bars of every worker would flood the driver's log
         env.update({k: os.environ[k] for k in (SCRATCH_ENV, TASK_LOG_ENV, "PERSALIGN_CACHE") if k in os.environ})
-        ray.init(address=options.address, runtime_env={"env_vars": env}, log_to_driver=False,
-                 include_dashboard=False)
+        check_reachable(options.address)
+        try:
+            ray.init(address=options.address, runtime_env={"env_vars": env}, log_to_driver=False,
+                     include_dashboard=False)
+        except (ConnectionError, RuntimeError, ValueError) as error:
+            raise PersalignError(f"--address {options.address or '(local)'}: Ray could not start or join a "
+                                 f"cluster ({str(error).splitlines()[0][:200]})") from None
+    check_resources(ray.nodes(), options)
     log(f"ray: {ray.cluster_resources()}")
     return ray
 

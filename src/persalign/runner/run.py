@@ -19,6 +19,7 @@ from pathlib import Path
 
 from persalign.config import RunConfig
 from persalign.config_checks import validate
+from persalign.model_checks import preflight
 from persalign.runner import provenance
 from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: also used from here by tests)
     Progress, check_plan, load_policy, need_key, open_store, policy_context, run_context, run_planned,
@@ -35,6 +36,7 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
     """
     validate(config)
     check_plan(config)  # before the run dir (and its lock) is made
+    preflight(config)  # the device, the cache folder, the models' vocabulary and context
     with locked(out_dir, log):
         if backend is not None:
             from persalign.runner.ray_backend import run_cells_on_ray  # Ray is an optional extra

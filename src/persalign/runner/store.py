@@ -22,6 +22,7 @@ from pathlib import Path
 import yaml
 
 from persalign.errors import ConfigError, DataError, PersalignError
+from persalign.files import DamagedFileError, fields, read_json, read_yaml_mapping, set_aside, write_atomic
 
 
 @dataclass(frozen=True)
@@ -47,13 +48,6 @@ def check_distinct_dirs(cells: list[Cell]) -> None:
         if other != cell:
             raise ConfigError(f"labels {other.decoder!r} and {cell.decoder!r} map to the same result folder "
                               f"{cell.relpath()}; give one of them another `label`")
-
-
-def _atomic_write(path: Path, content: str | bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
-    tmp.replace(path)
 
 
 CELL_AXES = ("policies", "decoders", "methods", "seeds")
@@ -84,10 +78,10 @@ def check_same_inputs(root: Path, runs: list[dict], inputs: dict[str, str]) -> N
         if inputs.get(path) != digest:
             what = "is gone" if path not in inputs else "has changed"
             raise ConfigError(f"{root}: input file {path} {what} since its cells were computed (sha256 "
-                              f"{digest[:12]}); resume with the same data, or write to another folder (-o)")
+                              f"{digest[:12]} in provenance.json); resume with the same data, or write to another folder (-o)")
     added = sorted(set(inputs) - set(earlier))
     if added:
-        raise ConfigError(f"{root}: its cells were computed without input file {added[0]}; "
+        raise ConfigError(f"{root}: its cells were computed without input file {added[0]} (provenance.json); "
                           "resume with the same data, or write to another folder (-o)")
 
 
@@ -104,21 +98,23 @@ class RunStore:
         config_path = self.root / "config.yaml"
         text = yaml.safe_dump(config, sort_keys=False)
         if config_path.exists():
-            old = yaml.safe_load(config_path.read_text())
+            old = _read_run_file(config_path, read_yaml_mapping)
             new = without_new_unset(yaml.safe_load(text), old)
             if old != new and not extends(old, new):
                 raise ConfigError(
-                    f"{self.root} holds results of a different config; re-run with the same config to resume "
+                    f"{self.root} holds results of a different config (its {config_path.name} differs); re-run "
+                    "with the same config to resume "
                     "(adding policies, decoders, methods or seeds is allowed), or choose another output folder (-o)"
                 )
         history = self.root / "provenance.json"
-        runs = json.loads(history.read_text())["runs"] if history.exists() else []
+        runs = _read_run_file(history, lambda p: read_json(p, fields({"runs": list})))["runs"] \
+            if history.exists() else []
         check_same_inputs(self.root, runs, provenance.get("inputs", {}))
-        _atomic_write(config_path, text)
-        _atomic_write(history, json.dumps({"runs": runs + [provenance]}, indent=2))
+        write_atomic(config_path, text)
+        write_atomic(history, json.dumps({"runs": runs + [provenance]}, indent=2))
 
     def config(self) -> dict:
-        return yaml.safe_load((self.root / "config.yaml").read_text())
+        return _read_run_file(self.root / "config.yaml", read_yaml_mapping)
 
     def cell_dir(self, cell: Cell) -> Path:
         return self.root / cell.relpath()
@@ -130,14 +126,21 @@ class RunStore:
         if not path.exists():
             return False
         try:
-            metrics = json.loads(path.read_bytes().decode("utf-8"))
+            metrics = read_json(path, metrics_problem)
             return rows_problem(metrics, self.read_rows(cell)) is None
-        except (ValueError, DataError):
+        except (ValueError, DataError, DamagedFileError):
             return False
 
     def completed_batches(self, cell: Cell, batches: list[list[str]]) -> set[int]:
         """Batches whose rows are all on disk; rows of incomplete batches are removed."""
-        rows = self.read_rows(cell, _repair=True)
+        try:
+            rows = self.read_rows(cell, _repair=True)
+            self.read_jsonl(cell, "timings.jsonl", repair=True)
+        except DataError as error:  # a damaged result is never used: set aside (kept) and recomputed
+            for name in ("rows.jsonl", "timings.jsonl", "metrics.json"):
+                if (self.cell_dir(cell) / name).exists():
+                    set_aside(self.cell_dir(cell) / name, error.problem, "the cell is recomputed")
+            rows = []
         by_batch: dict[int, list[str]] = {}
         for row in rows:
             by_batch.setdefault(row["batch"], []).append(row["id"])
@@ -177,10 +180,10 @@ class RunStore:
         self._rewrite(cell, "rows.jsonl", rows)
 
     def _rewrite(self, cell: Cell, name: str, records: list[dict]) -> None:
-        _atomic_write(self.cell_dir(cell) / name, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        write_atomic(self.cell_dir(cell) / name, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
 
     def write_metrics(self, cell: Cell, metrics: dict) -> None:
-        _atomic_write(self.cell_dir(cell) / "metrics.json", json.dumps(metrics, indent=2))
+        write_atomic(self.cell_dir(cell) / "metrics.json", json.dumps(metrics, indent=2))
 
     def read_files(self, relative: str | Path) -> dict[str, bytes]:
         """Every file under RUN_DIR/`relative` as {path relative to RUN_DIR: bytes} (unfinished .tmp files left out)."""
@@ -196,7 +199,7 @@ class RunStore:
             path = (self.root / relative).resolve()
             if self.root.resolve() not in path.parents:
                 raise PersalignError(f"refusing to write {relative!r}: outside the run directory {self.root}")
-            _atomic_write(path, files[relative])
+            write_atomic(path, files[relative])
 
     def all_metrics(self) -> list[dict]:
         """Every finished cell's metrics; damaged cells are skipped and described in `self.problems`."""
@@ -204,16 +207,14 @@ class RunStore:
         found = []
         for path in sorted(self.root.glob("cells/*/*/*/metrics.json")):
             try:
-                metrics = json.loads(path.read_bytes().decode("utf-8"))
-                if not isinstance(metrics, dict) or not {"policy", "decoder", "seed"} <= set(metrics):
-                    raise ValueError("not a persalign metrics record")
+                metrics = read_json(path, metrics_problem)
                 if not (path.parent / "rows.jsonl").exists():
                     raise ValueError("rows.jsonl is missing beside it")
                 rows = self.read_jsonl(Cell(metrics["policy"], metrics["decoder"], metrics["seed"]), "rows.jsonl")
                 problem = rows_problem(metrics, rows)
                 if problem:
                     raise ValueError(problem)
-            except (ValueError, DataError) as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+            except (ValueError, DataError, DamagedFileError) as error:
                 self.problems.append(f"{path.parent.relative_to(self.root)}: skipped ({_short(error)})")
                 continue
             found.append(metrics)
@@ -230,12 +231,41 @@ class RunStore:
         if not self.root.is_dir() or not (self.root / "config.yaml").exists():
             raise PersalignError(f"{self.root}: not a run directory (no config.yaml; give the folder "
                                  "`persalign run -o` wrote)")
-        try:
-            config = yaml.safe_load((self.root / "config.yaml").read_bytes().decode("utf-8"))
-        except (yaml.YAMLError, UnicodeDecodeError) as error:
-            raise PersalignError(f"{self.root / 'config.yaml'}: damaged ({_short(error)})") from None
-        if not isinstance(config, dict) or "data" not in config:
+        config = self.config()
+        if "data" not in config:
             raise PersalignError(f"{self.root / 'config.yaml'}: damaged (not a persalign run config)")
+
+
+def _read_run_file(path: Path, reader):
+    """config.yaml and provenance.json say which config and inputs the cells came from: without them no
+    resume can be checked, so damage stops the run (the cells themselves are kept)."""
+    try:
+        return reader(path)
+    except DamagedFileError as error:
+        raise DamagedFileError(path, error.problem, "restore it from a copy, or write to another folder (-o); "
+                               "the cells in this folder are kept") from None
+
+
+METRICS_FIELDS = {"policy": str, "decoder": str, "seed": int, "examples": int}
+OBJECT_OR_NULL = (dict, type(None))
+METRICS_OTHER_KINDS = {"decoder_name": str, "decoder_index": int, "seed_dependent": bool, "deployment": OBJECT_OR_NULL,
+                       "settings": OBJECT_OR_NULL, "counted_work": OBJECT_OR_NULL, "stage_seconds": OBJECT_OR_NULL}
+
+
+def metrics_problem(metrics) -> str | None:
+    """Why a metrics.json cannot be used (None: it can): the cell's keys and types, every other value a
+    number or null (a report computing on a string would stop with a traceback, or mislead)."""
+    problem = fields(METRICS_FIELDS, METRICS_OTHER_KINDS)(metrics)
+    if problem:
+        return problem
+    for key, value in metrics.items():
+        if key not in METRICS_FIELDS and key not in METRICS_OTHER_KINDS and \
+                (isinstance(value, bool) or not isinstance(value, (int, float, type(None)))):
+            return f"{key!r} is {value!r:.40}, not a number"
+    stages = metrics.get("stage_seconds") or {}
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in stages.values()):
+        return "'stage_seconds' holds a value that is not a number"
+    return None
 
 
 def rows_problem(metrics: dict, rows: list[dict]) -> str | None:
@@ -260,4 +290,24 @@ def _parse_line(path: Path, number: int, line: bytes) -> dict:
         raise DataError(path, f"line {number} is damaged ({_short(error)})") from None
     if not isinstance(record, dict):
         raise DataError(path, f"line {number} is not a JSON object")
+    problem = _line_problem(path.name, record)
+    if problem:
+        raise DataError(path, f"line {number} {problem}")
     return record
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _line_problem(name: str, record: dict) -> str | None:
+    """What the code relies on in a row (id, batch) or a timing line (batch, seconds per stage)."""
+    batch = record.get("batch")
+    if not (_is_number(batch) and isinstance(batch, int) and batch >= 0) and \
+            not (name == "timings.jsonl" and batch == "metrics"):
+        return f"has batch {batch!r:.40}, not a batch number"
+    if name == "rows.jsonl" and not isinstance(record.get("id"), str):
+        return f"has id {record.get('id')!r:.40}, not an example id"
+    if name == "timings.jsonl" and not all(_is_number(v) for k, v in record.items() if k.endswith("_s")):
+        return "has a stage time that is not a number"
+    return None

@@ -18,10 +18,11 @@ import time
 from dataclasses import dataclass, field
 
 from persalign.cost import adaptation_work, head_shape, shape_of
-from persalign.errors import ConfigError, PersalignError
+from persalign.errors import ConfigError
+from persalign.files import DamagedFileError, fields, read_json, set_aside, short, write_atomic
 from persalign.models.aliases import default_cache_dir
 from persalign.models.loading import load_causal_lm
-from persalign.prompts import PromptFormatter
+from persalign.prompts import PromptFormatter, prompt_budget
 from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, weights_fingerprint
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
@@ -108,7 +109,9 @@ class RewardBackbones:
             backbone = RewardBackbone(lm, f"{slug}-lora", trainable=not adapter.exists())
         backbone.batch_size = cfg.reward.feature_batch_size
         backbone.token_budget = cfg.generation.token_budget
-        return backbone, PromptFormatter(backbone.lm.tokenizer, task, cfg.generation.max_prompt_tokens)
+        budget = prompt_budget(cfg.generation.max_prompt_tokens, cfg.generation.max_new_tokens,
+                               backbone.lm.model.config)
+        return backbone, PromptFormatter(backbone.lm.tokenizer, task, budget)
 
 
 def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
@@ -117,9 +120,9 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
     backbone, formatter = backbones.get(ctx.policy.lm, planned.method_label, ctx.seed, run.dataset.task)
     where = model_dir(run.store, planned.method_label, ctx.seed)
     method_cls = METHODS.get(planned.method.name)
-    if (where / "head.json").exists():
-        method, log = _load_saved(method_cls, where)
-        trained = TrainedReward(method, backbone, log)
+    saved = _load_saved(method_cls, where)
+    if saved is not None:
+        trained = TrainedReward(saved[0], backbone, saved[1])
     else:
         settings = resolve_settings(method_cls, planned.method, run.config.reward, ctx.seed)
         method = method_cls(backbone.hidden_size, settings)
@@ -139,18 +142,23 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
     return trained
 
 
-def _load_saved(method_cls, where) -> tuple[object, dict]:
-    """(method, train log) saved in `where`; a damaged folder is a clear error naming it."""
+def _load_saved(method_cls, where) -> tuple[object, dict] | None:
+    """(method, train log) saved in `where`; None if not saved yet. A damaged model folder is set aside
+    (kept as NAME.damaged, one warning line) and the model trained again: it is recomputable."""
+    if not (where / "head.json").exists():
+        return None
     try:
-        return method_cls.load(where), json.loads((where / "train_log.json").read_text())
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise PersalignError(f"{where}: the saved model is damaged ({type(error).__name__}: "
-                             f"{str(error).splitlines()[0][:160]}); delete that folder to train it again") from None
+        log = read_json(where / "train_log.json", fields({}))
+        return method_cls.load(where), log
+    except (DamagedFileError, OSError, ValueError, KeyError, TypeError, RuntimeError) as error:
+        problem = error.problem if isinstance(error, DamagedFileError) else f"{type(error).__name__}: {short(error)}"
+        set_aside(where, problem, "the model is trained again")
+        return None
 
 
 def _save(method, info: dict, where) -> None:
     where.mkdir(parents=True, exist_ok=True)  # the log first: head.json marks the model complete
-    (where / "train_log.json").write_text(json.dumps(info, indent=2))
+    write_atomic(where / "train_log.json", json.dumps(info, indent=2))
     method.save(where)
 
 
@@ -170,10 +178,10 @@ def trained_policy_method(ctx) -> TrainedPolicyMethod:
     run, planned = ctx.run, ctx.planned
     where = model_dir(run.store, planned.method_label, ctx.seed)
     method_cls = METHODS.get(planned.method.name)
+    saved = _load_saved(method_cls, where)
     lm = _policy_model(run.config, ctx.policy.lm, where)
-    if (where / "head.json").exists():
-        method, log = _load_saved(method_cls, where)
-        return TrainedPolicyMethod(method, lm, log)
+    if saved is not None:
+        return TrainedPolicyMethod(saved[0], lm, saved[1])
     settings = resolve_settings(method_cls, planned.method, run.config.reward, ctx.seed)
     method = method_cls(lm.model.config.hidden_size, settings)
     train, val, support = training_pairs(run, ctx.policy.formatter)

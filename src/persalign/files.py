@@ -1,0 +1,136 @@
+"""One reader for every file persalign writes and later reads back (issue #29).
+
+Each reader checks that the bytes decode and that the record has the keys and
+types the code is about to use. What happens on damage depends on what the
+file is:
+
+* a result (config.yaml, provenance.json, a cell's rows): `DamagedFileError`,
+  one line naming the file, the problem and what to do; never used as it is;
+* a cache or a recomputable part (feature shards, the embedding cache, a λ
+  choice, a trained model, Best-of-N samples): `set_aside` renames it to
+  NAME.damaged, prints one warning line, and the caller recomputes it.
+
+    python -c "from persalign.files import read_json; print(read_json('runs/demo/provenance.json'))"
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from persalign.errors import PersalignError
+
+NUMBER = (int, float)
+
+
+class DamagedFileError(PersalignError):
+    """A file persalign wrote cannot be read back; the message names it and the remedy."""
+
+    def __init__(self, path, problem: str, remedy: str = ""):
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"{path}: damaged ({problem})" + (f"; {remedy}" if remedy else ""))
+
+
+def warn(message: str) -> None:
+    print(f"persalign: warning: {message}", file=sys.stderr)
+
+
+def short(error: BaseException) -> str:
+    text = str(error).splitlines()[0] if str(error) else type(error).__name__
+    return text[:160]
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise DamagedFileError(path, f"not UTF-8 text: {short(error)}") from None
+    except IsADirectoryError:
+        raise DamagedFileError(path, "a directory where a file belongs") from None
+
+
+def read_json(path, check: Callable[[Any], str | None] | None = None) -> Any:
+    """The JSON value in `path`; DamagedFileError if it does not parse or `check` names a problem."""
+    path = Path(path)
+    try:
+        value = json.loads(_read_text(path))
+    except json.JSONDecodeError as error:
+        raise DamagedFileError(path, short(error)) from None
+    problem = check(value) if check else None
+    if problem:
+        raise DamagedFileError(path, problem)
+    return value
+
+
+def read_yaml_mapping(path) -> dict:
+    """A YAML file that must hold a mapping (persalign's own config.yaml)."""
+    path = Path(path)
+    try:
+        value = yaml.safe_load(_read_text(path))
+    except yaml.YAMLError as error:
+        raise DamagedFileError(path, short(error)) from None
+    if not isinstance(value, dict):
+        raise DamagedFileError(path, f"holds a {type(value).__name__}, not a mapping")
+    return value
+
+
+def fields(required: dict[str, type | tuple], optional: dict[str, type | tuple] | None = None):
+    """A check for a JSON object with these keys of these types (bool is not a number here)."""
+    def check(value) -> str | None:
+        if not isinstance(value, dict):
+            return f"holds a {type(value).__name__}, not a JSON object"
+        for key, kind in list(required.items()) + list((optional or {}).items()):
+            if key not in value:
+                if key in required:
+                    return f"no {key!r}"
+                continue
+            item = value[key]
+            if isinstance(item, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+                return f"{key!r} is {item!r}, not {_kind_name(kind)}"
+            if not isinstance(item, kind):
+                return f"{key!r} is {item!r:.40}, not {_kind_name(kind)}"
+        return None
+    return check
+
+
+def _kind_name(kind) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({int: "an integer", float: "a number", str: "text", list: "a list", dict: "an object",
+                        bool: "true/false", type(None): "null"}.get(k, k.__name__) for k in kinds)
+
+
+def read_tensors(path) -> dict:
+    """A safetensors file as {name: tensor}."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        return load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        raise DamagedFileError(path, short(error)) from None
+
+
+def write_atomic(path, content: str | bytes) -> None:
+    """Write through a temporary file and a rename: a kill leaves the old file or the new, never half."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+    tmp.replace(path)
+
+
+def set_aside(path, problem: str, what: str = "recomputed") -> Path:
+    """Move a damaged cache file or folder out of the way (kept for inspection) and say so in one line."""
+    path = Path(path)
+    target = path.with_name(path.name + ".damaged")
+    number = 1
+    while target.exists():
+        number += 1
+        target = path.with_name(f"{path.name}.damaged-{number}")
+    path.replace(target)
+    warn(f"{path}: damaged ({problem}); moved to {target.name} and {what}")
+    return target

@@ -1,0 +1,77 @@
+"""Config rules that need the machine or the model, checked before the run directory is made (issue #29).
+
+`config_checks` knows what a value may be in general; this module knows what
+this machine and these models allow: a device that is there, a cache folder
+that is a folder, ARGS's top-k within the vocabulary, and a generation length
+within the model's context. A refused config leaves nothing behind, so the
+corrected command starts cleanly.
+
+    persalign run demo device=cuda        # on a machine without CUDA: one line, exit 2
+"""
+
+from __future__ import annotations
+
+from persalign.errors import ConfigError
+
+
+def check_device(name: str) -> None:
+    import torch
+
+    from persalign.models.device import resolve_device
+
+    device = resolve_device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"config.device: {name!r} is not available here (torch sees no CUDA device); "
+                          "use device: auto or cpu")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"config.device: {name!r} is not available here (no Apple MPS device); use device: auto")
+
+
+def check_cache_dir(configured: str | None) -> None:
+    from persalign.models.aliases import default_cache_dir
+
+    folder = default_cache_dir(configured)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"config.cache_dir: {folder} is a file, not a folder; give a folder for the model and "
+                          "feature caches (or unset it: PERSALIGN_CACHE or ~/.cache/persalign)")
+
+
+def model_limits(name: str, cache_dir: str | None) -> tuple[int, int | None]:
+    """(vocabulary size, context length or None if the model states none) of a policy, without its weights
+    where possible."""
+    from persalign.registry import MODELS
+
+    if name in MODELS and MODELS.get(name).build is not None:
+        config = MODELS.get(name).build()[0].config
+    else:
+        from transformers import AutoConfig
+
+        from persalign.errors import ModelLoadError
+        from persalign.models.loading import hub_kwargs, resolve_model_path
+
+        path = resolve_model_path(name, cache_dir)
+        try:
+            config = AutoConfig.from_pretrained(path, **hub_kwargs(path))
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"could not load causal LM {name!r} ({str(exc).splitlines()[0][:200]}); give a "
+                                 "local folder, a reachable hub id, or an alias from `persalign list`") from None
+    context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return config.vocab_size, context
+
+
+def check_models(config) -> None:
+    """Every policy's vocabulary and context against args.top_k and the generation length."""
+    for policy in config.policies:
+        vocab, context = model_limits(policy, config.cache_dir)
+        if config.methods and config.args.top_k > vocab:
+            raise ConfigError(f"config.args.top_k: {config.args.top_k} is not allowed (must be at most the "
+                              f"vocabulary of {policy!r}: {vocab} tokens)")
+        if context and config.generation.max_new_tokens >= context:
+            raise ConfigError(f"config.generation.max_new_tokens: {config.generation.max_new_tokens} is not allowed "
+                              f"(must leave room for the prompt in {policy!r}'s context of {context} tokens)")
+
+
+def preflight(config) -> None:
+    check_device(config.device)
+    check_cache_dir(config.cache_dir)
+    check_models(config)
