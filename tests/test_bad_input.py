@@ -618,3 +618,12 @@ def test_a_task_asking_for_more_than_any_node_has_is_refused():
         check_resources(nodes, RayOptions(num_gpus=1))
     with pytest.raises(Exception, match="--num-cpus 3: no node"):
         check_resources(nodes, RayOptions(num_cpus=3))
+
+
+def test_data_summary_counts_the_prompts_the_budget_cuts(capsys):
+    """Issue #29 (5): prompts beyond the budget are counted before any run, by `persalign data summary`."""
+    base = ["data", "summary", "demo-baselines", "policies=[tiny-llama]", "data.embedder=hashing-bow"]
+    assert cli.main(base) == 0
+    assert "prompts cut to fit (tiny-llama, budget 1536 tokens): 0 of 36 query prompts" in capsys.readouterr().out
+    assert cli.main(base + ["generation.max_prompt_tokens=100"]) == 0
+    assert "prompts cut to fit (tiny-llama, budget 100 tokens): 36 of 36 query prompts" in capsys.readouterr().out

@@ -55,8 +55,23 @@ def model_limits(name: str, cache_dir: str | None) -> tuple[int, int | None]:
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"could not load causal LM {name!r} ({str(exc).splitlines()[0][:200]}); give a "
                                  "local folder, a reachable hub id, or an alias from `persalign list`") from None
-    context = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    return config.vocab_size, context
+    from persalign.prompts import context_length
+
+    return config.vocab_size, context_length(config)
+
+
+def policy_tokenizer(name: str, cache_dir: str | None):
+    """A policy's tokenizer alone (no weights where the model has a folder)."""
+    from persalign.registry import MODELS
+
+    if name in MODELS and MODELS.get(name).build is not None:
+        return MODELS.get(name).build()[1]
+    from transformers import AutoTokenizer
+
+    from persalign.models.loading import hub_kwargs, resolve_model_path
+
+    path = resolve_model_path(name, cache_dir)
+    return AutoTokenizer.from_pretrained(path, **hub_kwargs(path))
 
 
 def check_models(config) -> None:

@@ -29,9 +29,12 @@ from persalign.records import UserItem
 MAX_CHARS_PER_TOKEN = 32  # no tokenizer of the field averages more characters per token than this
 
 
-def prompt_budget(max_prompt_tokens: int, max_new_tokens: int, model_config) -> int:
+def context_length(model_config) -> int | None:
+    return getattr(model_config, "max_position_embeddings", None) or getattr(model_config, "n_positions", None)
+
+
+def prompt_budget(max_prompt_tokens: int, max_new_tokens: int, context: int | None) -> int:
     """Prompt tokens allowed: the configured budget, within the model's context less the generation."""
-    context = getattr(model_config, "max_position_embeddings", None)
     return max_prompt_tokens if not context else max(1, min(max_prompt_tokens, context - max_new_tokens))
 
 

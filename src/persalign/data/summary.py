@@ -10,6 +10,21 @@ from persalign.data.split import make_split
 from persalign.models.embedders import load_embedder
 
 
+def prompts_cut_line(config: RunConfig, dataset, split, policy: str) -> str:
+    """How many query prompts (zero-shot form) this policy's prompt budget cuts, before any run."""
+    from persalign.model_checks import model_limits, policy_tokenizer
+    from persalign.prompts import PromptFormatter, prompt_budget
+
+    _, context = model_limits(policy, config.cache_dir)
+    budget = prompt_budget(config.generation.max_prompt_tokens, config.generation.max_new_tokens,
+                           context)
+    formatter = PromptFormatter(policy_tokenizer(policy, config.cache_dir), dataset.task, budget)
+    by_id = {c.id: c for c in dataset.comparisons}
+    queries = [by_id[i] for i in split.query_ids()]
+    cut = sum(1 for c in queries if formatter.fit(c.prompt, history=c.history)[2])
+    return f"prompts cut to fit ({policy}, budget {budget} tokens): {cut} of {len(queries)} query prompts"
+
+
 def summarize_data(config: RunConfig, examples: int = 3) -> str:
     dataset = build_dataset(config.data, lambda: load_embedder(config.data.embedder, config.cache_dir), config.split)
     per_user = np.array([len(v) for v in dataset.comparisons_by_user().values()])
@@ -22,6 +37,7 @@ def summarize_data(config: RunConfig, examples: int = 3) -> str:
         f"{sum(map(len, split.heldout.values()))} held-out pairs); {len(split.adapt_users)} adaptation users "
         f"({sum(map(len, split.support.values()))} support, {sum(map(len, split.query.values()))} query pairs)",
         "notes: " + ", ".join(f"{k}={v}" for k, v in dataset.notes.items()),
+        *[prompts_cut_line(config, dataset, split, policy) for policy in config.policies],
         "",
         "examples:",
     ]

@@ -21,7 +21,7 @@ from persalign.metrics.generation import RougeMetric
 from persalign.models.device import resolve_device
 from persalign.models.embedders import load_embedder
 from persalign.models.loading import load_causal_lm
-from persalign.prompts import PromptFormatter, prompt_budget
+from persalign.prompts import PromptFormatter, context_length, prompt_budget
 from persalign.registry import DECODERS, METRICS
 from persalign.runner import provenance
 from persalign.runner.context import CellContext, PolicyContext, RunContext
@@ -85,7 +85,8 @@ def load_policy(config: RunConfig, policy: str):
 
 def policy_context(run_ctx: RunContext, lm) -> PolicyContext:
     config = run_ctx.config
-    budget = prompt_budget(config.generation.max_prompt_tokens, config.generation.max_new_tokens, lm.model.config)
+    budget = prompt_budget(config.generation.max_prompt_tokens, config.generation.max_new_tokens,
+                           context_length(lm.model.config))
     formatter = PromptFormatter(lm.tokenizer, run_ctx.dataset.task, budget)
     draws = fixed_groups(run_ctx.examples, config.generation.batch_size)  # not the cells' batches
     samples = SampleStore(run_ctx.store.root, lm, formatter, run_ctx.metrics, config.best_of_n,

@@ -22,7 +22,7 @@ from persalign.errors import ConfigError
 from persalign.files import DamagedFileError, fields, read_json, set_aside, short, write_atomic
 from persalign.models.aliases import default_cache_dir
 from persalign.models.loading import load_causal_lm
-from persalign.prompts import PromptFormatter, prompt_budget
+from persalign.prompts import PromptFormatter, context_length, prompt_budget
 from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, weights_fingerprint
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
@@ -110,7 +110,7 @@ class RewardBackbones:
         backbone.batch_size = cfg.reward.feature_batch_size
         backbone.token_budget = cfg.generation.token_budget
         budget = prompt_budget(cfg.generation.max_prompt_tokens, cfg.generation.max_new_tokens,
-                               backbone.lm.model.config)
+                               context_length(backbone.lm.model.config))
         return backbone, PromptFormatter(backbone.lm.tokenizer, task, budget)
 
 
