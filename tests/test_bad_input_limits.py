@@ -136,6 +136,26 @@ def test_ray_flags_and_an_unreachable_cluster_fail_fast(tmp_path, capsys, flags,
     assert message in line and time.perf_counter() - started < 60, line
 
 
+@pytest.mark.parametrize("recorded, message", [
+    (None, "--address auto: Ray could not start or join a cluster (Could not find any running Ray instance"),
+    ("127.0.0.1:9", "--address auto (= 127.0.0.1:9): no Ray cluster answers there within 10 s"),
+])
+def test_address_auto_fails_fast_with_no_cluster_or_a_dead_one(tmp_path, capsys, monkeypatch, recorded, message):
+    """Issue #29 (6): `--address auto` joins what $RAY_ADDRESS or the address file of a past `ray start` names;
+    a dead one made ray.init wait on it. Now it is checked like HOST:PORT, and no cluster at all is one line."""
+    pytest.importorskip("ray")
+    from persalign.runner import ray_backend
+
+    monkeypatch.setattr(ray_backend, "RAY_ADDRESS_FILE", tmp_path / "ray_current_cluster", raising=False)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    if recorded:
+        monkeypatch.setenv("RAY_ADDRESS", recorded)
+    started = time.perf_counter()
+    line = cli_error(capsys, ["run", "demo-baselines", "-o", str(tmp_path / "run"), "--backend", "ray",
+                              "--address", "auto"] + TINY)
+    assert message in line and time.perf_counter() - started < 60, line
+
+
 def test_a_task_asking_for_more_than_any_node_has_is_refused():
     from persalign.runner.ray_backend import RayOptions, check_resources
 

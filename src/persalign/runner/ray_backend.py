@@ -57,17 +57,34 @@ class RayOptions:
 CONNECT_TIMEOUT_S = 10.0
 
 
+RAY_ADDRESS_FILE = Path(tempfile.gettempdir()) / "ray" / "ray_current_cluster"
+
+
+def resolve_auto(address: str | None) -> str | None:
+    """What Ray itself would join for "auto": $RAY_ADDRESS, else the address file a local `ray start` left.
+    None (no cluster recorded) lets ray.init say so at once; a recorded but dead cluster is then caught by
+    check_reachable instead of making ray.init wait on it."""
+    if address != "auto":
+        return address
+    recorded = os.environ.get("RAY_ADDRESS", "").strip()
+    if not recorded and RAY_ADDRESS_FILE.is_file():
+        recorded = RAY_ADDRESS_FILE.read_text(errors="replace").strip()
+    return recorded if recorded and recorded != "auto" else None
+
+
 def check_reachable(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
     """Fail in seconds, not never, when HOST:PORT does not answer (ray.init would wait on it)."""
-    if not address or address == "auto" or "://" in address:
+    given, address = address, resolve_auto(address)
+    if not address or "://" in address:
         return
+    shown = address if given == address else f"{given} (= {address})"
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ConfigError(f"--address {address!r}: give auto or HOST:PORT")
+        raise ConfigError(f"--address {shown!r}: give auto or HOST:PORT")
     try:
         socket.create_connection((host, int(port)), timeout=timeout_s).close()
     except OSError as error:
-        raise PersalignError(f"--address {address}: no Ray cluster answers there within {timeout_s:.0f} s "
+        raise PersalignError(f"--address {shown}: no Ray cluster answers there within {timeout_s:.0f} s "
                              f"({error.strerror or error}); start one (ray start --head) or fix the address") from None
 
 
