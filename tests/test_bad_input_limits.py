@@ -14,7 +14,7 @@ import pytest
 
 from persalign import cli
 from persalign.runner.run import run
-from tests.test_bad_input import QUIET, cli_error
+from tests.bad_input_helpers import QUIET, cli_error
 from tests.test_runner import TINY, tiny_config
 
 
