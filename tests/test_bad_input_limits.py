@@ -55,11 +55,18 @@ def test_a_bertscore_layer_beyond_the_encoder_is_refused(tmp_path, capsys):
     assert "config.metrics.bertscore_layer: 99 is not allowed (must be a layer of 'minilm-l6': 1 to 6)" in line
 
 
-def test_an_unknown_policy_fails_at_once_offline(tmp_path, capsys):
-    """Issue #29: an unknown policy printed 44 lines of hub retries for 52 s before its error."""
+@pytest.mark.parametrize("override, message", [
+    ("policies=[nobody/no-such-model]", "could not load causal LM 'nobody/no-such-model'"),
+    ("data.embedder=nobody/no-such-embedder", "could not load embedding model 'nobody/no-such-embedder' (the model hub "
+                                              "cannot be reached from here"),
+])
+def test_an_unknown_model_fails_at_once_offline(tmp_path, capsys, override, message):
+    """Issue #29: an unknown policy printed 44 lines of hub retries for 52 s before its error; every model
+    load (policy, embedder, BERTScore encoder) now goes through one loader that says what to do."""
     started = time.perf_counter()
-    line = cli_error(capsys, ["run", "demo-baselines", "-o", str(tmp_path / "run"), "policies=[nobody/no-such-model]"])
-    assert "could not load causal LM 'nobody/no-such-model'" in line and time.perf_counter() - started < 30
+    argv = ["run", "demo-baselines", "-o", str(tmp_path / "run"), override]
+    line = cli_error(capsys, argv + (["policies=[tiny-llama]"] if "embedder" in override else []))
+    assert message in line and time.perf_counter() - started < 30, line
 
 
 def test_an_equals_sign_in_an_output_path_or_config_file_is_not_an_override(tmp_path):

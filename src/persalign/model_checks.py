@@ -46,15 +46,9 @@ def model_limits(name: str, cache_dir: str | None) -> tuple[int, int | None]:
     else:
         from transformers import AutoConfig
 
-        from persalign.errors import ModelLoadError
-        from persalign.models.loading import hub_kwargs, resolve_model_path
+        from persalign.models.loading import from_pretrained, resolve_model_path
 
-        path = resolve_model_path(name, cache_dir)
-        try:
-            config = AutoConfig.from_pretrained(path, **hub_kwargs(path))
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"could not load causal LM {name!r} ({str(exc).splitlines()[0][:200]}); give a "
-                                 "local folder, a reachable hub id, or an alias from `persalign list`") from None
+        config = from_pretrained(AutoConfig, resolve_model_path(name, cache_dir), f"causal LM {name!r}")
     from persalign.prompts import context_length
 
     return config.vocab_size, context_length(config)
@@ -68,10 +62,9 @@ def policy_tokenizer(name: str, cache_dir: str | None):
         return MODELS.get(name).build()[1]
     from transformers import AutoTokenizer
 
-    from persalign.models.loading import hub_kwargs, resolve_model_path
+    from persalign.models.loading import from_pretrained, resolve_model_path
 
-    path = resolve_model_path(name, cache_dir)
-    return AutoTokenizer.from_pretrained(path, **hub_kwargs(path))
+    return from_pretrained(AutoTokenizer, resolve_model_path(name, cache_dir), f"causal LM {name!r}")
 
 
 def check_models(config) -> None:

@@ -13,7 +13,7 @@ Per-example scores are stored in each result row; summaries average them.
 from __future__ import annotations
 
 from persalign.config import MetricsConfig
-from persalign.errors import ConfigError, ModelLoadError
+from persalign.errors import ConfigError
 from persalign.registry import register_metric
 
 
@@ -59,14 +59,11 @@ class BertScoreMetric:
         from bert_score import BERTScorer
         from transformers import AutoConfig
 
-        from persalign.models.loading import hub_kwargs, resolve_model_path
+        from persalign.models.loading import from_pretrained, resolve_model_path
 
         path = resolve_model_path(config.bertscore_model, cache_dir)
-        try:
-            layers = AutoConfig.from_pretrained(path, **hub_kwargs(path)).num_hidden_layers
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"could not load BERTScore encoder {config.bertscore_model!r} "
-                                 f"({str(exc).splitlines()[0][:200]}); set metrics.bertscore_model") from None
+        layers = from_pretrained(AutoConfig, path, f"BERTScore encoder {config.bertscore_model!r}",
+                                 "set metrics.bertscore_model").num_hidden_layers
         if config.bertscore_layer is not None and not 1 <= config.bertscore_layer <= layers:
             raise ConfigError(f"config.metrics.bertscore_layer: {config.bertscore_layer} is not allowed (must be a "
                               f"layer of {config.bertscore_model!r}: 1 to {layers})")

@@ -53,15 +53,12 @@ class TransformerEmbedder:
     def __init__(self, name: str, cache_dir: str | None = None, device: str = "cpu", batch_size: int = 64):
         from transformers import AutoModel, AutoTokenizer
 
-        from persalign.models.loading import hub_kwargs, resolve_model_path
+        from persalign.models.loading import from_pretrained, resolve_model_path
 
         path = resolve_model_path(name, cache_dir)
-        try:
-            local = hub_kwargs(path)
-            self.tokenizer = AutoTokenizer.from_pretrained(path, **local)
-            self.model = AutoModel.from_pretrained(path, **local).to(device).eval()
-        except (OSError, ValueError) as exc:
-            raise ModelLoadError(f"could not load embedding model {name!r}: {str(exc).splitlines()[0]}") from exc
+        what, hint = f"embedding model {name!r}", "set data.embedder (hashing-bow needs no model)"
+        self.tokenizer = from_pretrained(AutoTokenizer, path, what, hint)
+        self.model = from_pretrained(AutoModel, path, what, hint).to(device).eval()
         self.device = device
         self.batch_size = batch_size
         self.key = re.sub(r"[^\w.-]", "_", name)

@@ -62,6 +62,21 @@ def hub_kwargs(path: str) -> dict:
     return {} if Path(path).exists() or hub_reachable() else {"local_files_only": True}
 
 
+LM_HINT = "give a local folder, a reachable hub id, or an alias from `persalign list`"
+
+
+def from_pretrained(loader, path: str, what: str, hint: str = LM_HINT, **kwargs):
+    """`loader.from_pretrained(path)`, with local files only when the hub cannot be reached (no minute of
+    retries), and any failure as one ModelLoadError line naming `what` and what to do."""
+    local = hub_kwargs(path)
+    try:
+        return loader.from_pretrained(path, **local, **kwargs)
+    except (OSError, ValueError) as exc:
+        offline = " (the model hub cannot be reached from here: only local files were tried)" if local else ""
+        raise ModelLoadError(f"could not load {what}{offline} ({exc.__class__.__name__}: "
+                             f"{str(exc).splitlines()[0][:200]}); {hint}") from None
+
+
 def load_causal_lm(name: str, device: str = "auto", dtype: str = "auto", cache_dir: str | None = None) -> LoadedLM:
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -71,16 +86,8 @@ def load_causal_lm(name: str, device: str = "auto", dtype: str = "auto", cache_d
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         path = resolve_model_path(name, cache_dir)
-        try:
-            local = hub_kwargs(path)
-            tokenizer = AutoTokenizer.from_pretrained(path, **local)
-            model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, **local)
-        except (OSError, ValueError) as exc:
-            offline = " (the model hub cannot be reached from here: only local files were tried)" if local else ""
-            raise ModelLoadError(
-                f"could not load causal LM {name!r}{offline} ({exc.__class__.__name__}: "
-                f"{str(exc).splitlines()[0][:200]}); give a local folder, a reachable hub id, or an alias from "
-                "`persalign list`") from None
+        tokenizer = from_pretrained(AutoTokenizer, path, f"causal LM {name!r}")
+        model = from_pretrained(AutoModelForCausalLM, path, f"causal LM {name!r}", dtype=torch_dtype)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device=torch_device, dtype=torch_dtype).eval()
