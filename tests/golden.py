@@ -121,7 +121,7 @@ def run_tiny(out_dir: Path) -> dict:
 
 
 def run_tiny_study(out_dir: Path) -> dict:
-    from persalign.runner.study import run_study
+    from persalign.study import run_study
 
     (run_dir,) = run_study(["demo-baselines"], TINY_STUDY, str(out_dir), quick=True, log=lambda *_: None)
     return view(run_dir)
@@ -153,7 +153,7 @@ def stable_verdict_table(report_md: str) -> list[str]:
 
 def run_demo_study(out_dir: Path) -> dict:
     """`make demo`: `persalign study demo` (the whole chain on SmolLM2): cells, printed lines, verdict table."""
-    from persalign.runner.study import headline_lines, run_study
+    from persalign.study import headline_lines, run_study
 
     (run_dir,) = run_study(["demo"], [], str(out_dir), log=lambda *_: None)
     verdict, findings = headline_lines(run_dir / "report.md")

@@ -7,14 +7,14 @@ import torch
 
 from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone
-from persalign.rewards.method import MethodSettings
+from tests.method_settings import plain_settings
 from persalign.rewards.train import PairData, evaluate_pairs
 from tests.test_rewards_args import toy_pairs
 
 
 def fitted(name, tiny_lm, **settings):
     backbone = RewardBackbone(tiny_lm, "tiny-adapt")
-    method = METHODS.get(name)(tiny_lm.model.config.hidden_size, MethodSettings(seed=0, **settings))
+    method = METHODS.get(name)(tiny_lm.model.config.hidden_size, plain_settings(name, **settings))
     method.fit(backbone, toy_pairs(tiny_lm, 24, 0), toy_pairs(tiny_lm, 6, 1))
     return method.eval(), backbone
 

@@ -32,7 +32,7 @@ from tests.test_runner import TINY, metrics_without_timing, tiny_config
                                "numbers >= 0)"),
     ("args.fixed_lambda=-1", "args.fixed_lambda: -1.0 is not allowed (must be a finite number >= 0)"),
     ("reward.lora_rank=0", "reward.lora_rank: 0 is not allowed (must be a number >= 1)"),
-    ("methods=[{name: lore, head_lr: -0.001}]", "methods[0].head_lr: -0.001 is not allowed (must be empty (null) or a "
+    ("methods=[{name: lore, head_lr: -0.001}]", "methods[0].head_lr: -0.001 is not allowed (must be a "
                                                "finite number > 0)"),
     ("split.support_fraction=1.5", "split.support_fraction: 1.5 is not allowed (must be a fraction strictly between "
                                    "0 and 1)"),

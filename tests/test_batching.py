@@ -77,8 +77,8 @@ def _lambda_zero_decodes(monkeypatch, tmp_path, methods: str) -> tuple[int, dict
 
     calls = []
     real = args_decoding.make_scorer
-    monkeypatch.setattr(args_decoding, "make_scorer", lambda policy, guide: calls.append(guide.lam) or
-                        real(policy, guide))
+    monkeypatch.setattr(args_decoding, "make_scorer", lambda policy, guide, prompts: calls.append(guide.lam) or
+                        real(policy, guide, prompts))
     overrides = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]", "seeds=[0]",
                  "generation.max_new_tokens=6", "generation.batch_size=4", "split.max_query_per_user=3",
                  "decoders=[{name: zero_shot}]", f"methods={methods}", "reward.epochs=3", "args.lambdas=[0.0]",

@@ -57,14 +57,14 @@ def test_registry_discovers_modules_and_reports_the_real_import_error(tmp_path, 
     for name, modules in {"goodpkg": {"one_method": "from goodpkg import REG\nREG.register('m')(42)\n"},
                           "brokenpkg": {"bad": "import not_a_real_module_xyz\n"}}.items():
         (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text(f"from persalign.registry import Registry\nREG = Registry('thing', '{name}')\n")
+        (tmp_path / name / "__init__.py").write_text(f"from persalign.registry import Registry\nREG = Registry('thing', '{name}', 'persalign.things')\n")
         for module, text in modules.items():
             (tmp_path / name / f"{module}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
     import goodpkg
 
     assert goodpkg.REG.get("m") == 42  # found by walking the package: no list of modules to edit
-    broken = Registry("thing", "brokenpkg")
+    broken = Registry("thing", "brokenpkg", "persalign.things")
     for _ in range(2):  # not marked loaded after a failure: the real error again, never "unknown thing"
         with pytest.raises(ImportError, match="importing brokenpkg.bad failed: No module named 'not_a_real_module_xyz'"):
             broken.get("x")
@@ -74,12 +74,12 @@ def test_building_a_method_leaves_the_global_rng_alone():
     import torch
 
     from persalign.registry import METHODS
-    from persalign.rewards.method import MethodSettings
+    from tests.method_settings import plain_settings
 
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    METHODS.get("lore")(16, MethodSettings(seed=7))
+    METHODS.get("lore")(16, plain_settings("lore", seed=7))
     assert torch.equal(torch.rand(3), expected)
 
 

@@ -22,7 +22,9 @@ from persalign.rewards.train import PairData, evaluate_pairs
 from persalign.rewards.method import resolve_settings as method_settings
 
 WORDS = ["red", "blue", "cat", "dog", "sun", "rain", "big", "small", "fast", "slow", "old", "new"]
-EVERY_METHOD = METHODS.names()
+# Every registered method that learns from pairs, installed plugins included. Pretrained reward models
+# (hf_rm: an off-the-shelf classifier, nothing fitted) have their own suite, tests/test_hf_rm.py.
+EVERY_METHOD = [n for n in METHODS.names() if not getattr(METHODS.get(n), "pretrained", False)]
 # Policy-side methods (P-DPO) have no reward model: they rank pairs with their implicit reward and
 # deploy by generation, so the ARGS test is replaced by a generation test in tests/test_pdpo.py.
 POLICY_SIDE = [n for n in EVERY_METHOD if getattr(METHODS.get(n), "policy_side", False)]

@@ -7,14 +7,14 @@ from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
 from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, pad_states
-from persalign.rewards.method import MethodSettings
+from tests.method_settings import plain_settings
 from persalign.rewards.train import evaluate_pairs
 from persalign.scoring import response_logprobs
 from tests.test_rewards_args import prompts_of, toy_pairs
 
 
 def genarm(hidden, **settings):
-    return METHODS.get("genarm")(hidden, MethodSettings(**settings))
+    return METHODS.get("genarm")(hidden, plain_settings("genarm", **settings))
 
 
 def test_untrained_genarm_reward_is_the_base_lm_log_likelihood(tiny_lm):

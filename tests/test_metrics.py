@@ -70,6 +70,6 @@ def test_tldr_config_uses_appendix_f_latent_dimensions():
     from pathlib import Path
 
     config = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "tldr.yaml"))
-    dims = {m.name: m.latent_dim for m in config.methods}
+    dims = {m.name: m.settings.get("latent_dim") for m in config.methods}
     assert dims["lore"] == dims["lore_alt"] == dims["pal"] == dims["pref"] == 2
     assert config.reward.mode == "lora"

@@ -6,14 +6,14 @@ import torch
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
 from persalign.registry import METHODS
-from persalign.rewards.method import MethodSettings
+from tests.method_settings import plain_settings
 from persalign.rewards.pdpo import dpo_loss
 from tests.test_conformance import opposite_pairs
 from tests.test_rewards_args import prompts_of
 
 
 def pdpo(**settings):
-    return METHODS.get("pdpo")(64, MethodSettings(**{"batch_size": 8, "max_steps": 4, **settings}))
+    return METHODS.get("pdpo")(64, plain_settings("pdpo", **{"batch_size": 8, "max_steps": 4, **settings}))
 
 
 def test_dpo_loss_matches_a_hand_computed_value():

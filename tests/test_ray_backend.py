@@ -156,3 +156,23 @@ def test_a_damaged_saved_model_is_set_aside_and_retrained_on_ray_like_locally(ra
     assert done == ["Global_RM", "LoRE", "Zero-Shot"]
     run(config, tmp_path / "local", log=lambda *_: None)
     assert_same(view(tmp_path / "local"), view(out))
+
+
+def test_a_task_that_fails_for_good_is_reported_and_every_other_cell_kept(ray_env, tmp_path, monkeypatch):
+    """Issue #29: a method whose training fails (here a plugin with a bug, tests.plugin_cases:FailingMethod)
+    fails its train task and the cells that need it, named one line each; every other cell is stored, and
+    the error says that a re-run runs only what is missing."""
+    from persalign.errors import PersalignError
+    from persalign.runner.ray_backend import RayOptions
+    from persalign.runner.store import RunStore
+
+    overrides = [o for o in KILL_CONFIG if not o.startswith("methods")] + [
+        "methods=[{name: global_rm}, {name: 'tests.plugin_cases:FailingMethod'}]", "args.selection=fixed"]
+    config = load_config("demo-baselines", overrides)
+    with pytest.raises(PersalignError) as failure:
+        run(config, tmp_path / "ray", log=lambda *_: None, backend=RayOptions(max_retries=0))
+    message = str(failure.value)
+    assert "task(s) failed; every other cell is stored" in message
+    assert "train Failing RM | tiny-llama | seed 0:" in message and "this plugin fails on purpose" in message
+    stored = {m["decoder"] for m in RunStore(tmp_path / "ray").all_metrics()}
+    assert stored == {"Zero-Shot", "Global RM"}

@@ -12,12 +12,12 @@ from persalign.models.tiny import tiny_llama
 from persalign.prompts import PromptFormatter
 from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, pad_states
-from persalign.rewards.method import MethodSettings
+from tests.method_settings import plain_settings
 from persalign.rewards.train import PairData
 
 
 def random_method(name, hidden, seed=0):
-    method = METHODS.get(name)(hidden, MethodSettings(seed=seed))
+    method = METHODS.get(name)(hidden, plain_settings(name, seed=seed))
     with torch.no_grad():
         for p in method.parameters():
             p.normal_(0, 0.5)
@@ -173,7 +173,7 @@ def test_global_rm_learns_a_toy_preference_and_args_follows_it(tiny_lm):
 
     backbone = RewardBackbone(tiny_lm, "tiny")
     method = METHODS.get("global_rm")(tiny_lm.model.config.hidden_size,
-                                      MethodSettings(head_lr=3e-2, epochs=60, patience=60, seed=0))
+                                      plain_settings("global_rm", head_lr=3e-2, epochs=60, patience=60))
     log = method.fit(backbone, toy_pairs(tiny_lm, 60, 0), toy_pairs(tiny_lm, 20, 1))
     assert evaluate_pairs(method, backbone, toy_pairs(tiny_lm, 40, 2))["accuracy"] >= 90
     assert log.steps > 0
@@ -196,7 +196,7 @@ def test_lora_training_changes_adapters_and_leaves_base_weights(tmp_path):
     lora_before = {k: v.clone() for k, v in lm.model.named_parameters() if "lora_" in k}
     assert lora_before and all(not v.requires_grad for k, v in lm.model.named_parameters() if "lora_" not in k)
     backbone = RewardBackbone(lm, "tiny-lora", trainable=True)
-    method = METHODS.get("global_rm")(64, MethodSettings(head_lr=1e-2, backbone_lr=1e-2, epochs=2, patience=5))
+    method = METHODS.get("global_rm")(64, plain_settings("global_rm", head_lr=1e-2, backbone_lr=1e-2, epochs=2, patience=5))
     method.fit(backbone, toy_pairs(lm, 8, 0), None)
     for k, v in lm.model.named_parameters():
         if "lora_" in k:

@@ -9,6 +9,7 @@ from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone
 from persalign.decoders.args_lambda import policy_accuracy_curve
 from persalign.rewards.method import MethodSettings, RewardMethod
+from tests.method_settings import plain_settings
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 from tests.test_rewards_args import prompts_of, toy_pairs
 
@@ -63,7 +64,7 @@ def test_s_rgd_matches_eq_5_6_by_hand(tiny_lm, pooling):
 
 def test_genarm_step_sum_is_its_sequence_reward(tiny_lm):
     """Σ_t β log π_arm(y_t|x,y<t) = β log π_arm(y|x): no token counted (T - t + 1) times."""
-    method = METHODS.get("genarm")(tiny_lm.model.config.hidden_size, MethodSettings()).eval()
+    method = METHODS.get("genarm")(tiny_lm.model.config.hidden_size, plain_settings("genarm")).eval()
     data = toy_pairs(tiny_lm, 4, 0)
     sequence, step_sums = reward_sums(method, RewardBackbone(tiny_lm, "tiny-eq"), data.users, data.prompts,
                                       data.chosen)

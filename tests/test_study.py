@@ -93,7 +93,7 @@ def test_figure1_labels_of_near_equal_methods_never_overprint():
 
 
 def test_tiny_end_to_end_study_writes_reports_index_and_figures(tmp_path, cache_dir):
-    from persalign.runner.study import run_study
+    from persalign.study import run_study
     from tests.test_runner import TINY
 
     tiny = [o for o in TINY if not o.startswith(("seeds=", "split.max_query_per_user="))]  # --quick sets these

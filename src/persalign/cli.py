@@ -5,6 +5,8 @@
     persalign report RUN_DIR [--format md|html]     tables (and figures) from stored results
     persalign data summary CONFIG [key=value ...]   users, pairs per user, examples
     persalign list                                  what is registered
+    persalign list --method pal                     one method's settings, each documented
+    persalign export runs/demo --format csv         one row per cell, for pandas
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ def _cmd_run(args) -> None:
 
 
 def _cmd_study(args) -> None:
-    from persalign.runner.study import run_study
+    from persalign.study import run_study
 
     run_study(args.configs, args.overrides, args.output, args.quick, backend=_backend(args))
 
@@ -74,6 +76,18 @@ def _cmd_report(args) -> int:
     return 1 if store.problems else 0
 
 
+def _cmd_export(args) -> None:
+    from persalign.files import write_atomic
+    from persalign.report.results import export
+
+    text = export(args.run_dir, args.format)
+    if args.output:
+        write_atomic(Path(args.output), text)
+        print(f"wrote {args.output}")
+    else:
+        sys.stdout.write(text)
+
+
 def _cmd_data_summary(args) -> None:
     from persalign.config import load_config
     from persalign.data.summary import summarize_data
@@ -83,8 +97,13 @@ def _cmd_data_summary(args) -> None:
 
 
 def _cmd_list(args) -> None:
-    from persalign.registry import all_registries
+    from persalign.registry import METHODS, all_registries
 
+    if args.method:
+        from persalign.rewards.settings import settings_table
+
+        print(settings_table(args.method, METHODS.get(args.method)))
+        return
     for registry in all_registries():
         print(f"{registry.plural}:")
         for name, entry in registry.items():
@@ -144,6 +163,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="md: print the Markdown tables; html: one self-contained file with figures")
     report.set_defaults(handler=_cmd_report)
 
+    export = commands.add_parser("export", help="a run's results for other programs (docs/results-json.md)")
+    export.add_argument("run_dir", help="a directory written by `persalign run`")
+    export.add_argument("--format", choices=["csv", "json"], default="json",
+                        help="csv: one row per cell (pandas.read_csv); json: the versioned results.json document")
+    export.add_argument("-o", "--output", help="write to this file (default: standard output)")
+    export.set_defaults(handler=_cmd_export)
+
     data = commands.add_parser("data", help="inspect data sets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
     summary = data_commands.add_parser("summary", help="users, pairs per user and a few examples")
@@ -152,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     summary.set_defaults(handler=_cmd_data_summary)
 
     listing = commands.add_parser("list", help="registered data sets, methods, decoders, metrics, models")
+    listing.add_argument("--method", metavar="NAME", help="one method's settings: default, range, paper value, "
+                         "meaning (a registered name or a plugin's module:Class)")
     listing.set_defaults(handler=_cmd_list)
     return parser
 

@@ -13,7 +13,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -83,15 +83,14 @@ class MetricsConfig:
 
 @dataclass
 class MethodConfig:
-    """One reward method deployed with ARGS; unset values take the method's paper defaults."""
+    """One trained method: a registered name or a plugin's module:Class, and its settings beside it
+    (`{name: pal, prototypes: 6}`), checked against the method's own Settings dataclass (unset: its
+    defaults; `persalign list --method NAME` documents them)."""
 
     name: str = "global_rm"
     label: str | None = None
-    head_lr: float | None = None
-    user_lr: float | None = None
-    latent_dim: int | None = None
-    max_steps: int | None = None  # training-step cap for this method only (else reward.max_steps, else its default)
-    adapt_epochs: int | None = None  # adaptation epochs (P-DPO: steps) for this method only
+    settings: dict[str, Any] = field(default_factory=dict)
+    extra_keys_into: ClassVar[str] = "settings"  # every other key of the mapping is a setting
 
 
 @dataclass
@@ -211,8 +210,25 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     return value
 
 
+def _gather_extra(cls: type, data: dict[str, Any], where: str) -> dict[str, Any]:
+    """For a dataclass with an open part (a method's settings), move the keys it does not name into it."""
+    into = getattr(cls, "extra_keys_into", None)
+    if into is None:
+        return data
+    named = {f.name for f in dataclasses.fields(cls)} - {into}
+    given = data.get(into) or {}
+    if not isinstance(given, dict):
+        raise ConfigError(f"{where}.{into}: expected a mapping, got {given!r}")
+    extra = {k: v for k, v in data.items() if k not in named and k != into}
+    both = sorted(set(extra) & set(given))
+    if both:
+        raise ConfigError(f"{where}: {both} given both beside the name and under {into}")
+    return {**{k: v for k, v in data.items() if k in named}, into: {**given, **extra}}
+
+
 def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
-    """Build dataclass `cls` from a mapping; unknown keys are errors."""
+    """Build dataclass `cls` from a mapping; unknown keys are errors (except in an open part)."""
+    data = _gather_extra(cls, data, where)
     hints = typing.get_type_hints(cls)
     valid = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(valid))
@@ -223,7 +239,11 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
 
 
 def to_dict(config: Any) -> dict[str, Any]:
-    return dataclasses.asdict(config)
+    """The config as plain data, each method's settings beside its name (the shape a config file has)."""
+    data = dataclasses.asdict(config)
+    for method in data.get("methods", []) if isinstance(config, RunConfig) else []:
+        method.update(method.pop("settings"))
+    return data
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:

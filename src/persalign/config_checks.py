@@ -51,10 +51,6 @@ def _finite_at_least(low) -> tuple[Callable[[Any], bool], str]:
     return (lambda v: v is not None and low <= v < math.inf), f"a finite number >= {low}"
 
 
-def _optional_positive() -> tuple[Callable[[Any], bool], str]:
-    return (lambda v: v is None or 0 < v < math.inf), "empty (null) or a finite number > 0"
-
-
 def _seed(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -96,8 +92,6 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "best_of_n.temperature": ((lambda v: v > 0), "a number > 0"),
 }
 DECODER_RULES = {"shots": _at_least(0)}
-METHOD_RULES = {"max_steps": _optional_at_least(1), "adapt_epochs": _optional_at_least(1),
-                "latent_dim": _optional_at_least(1), "head_lr": _optional_positive(), "user_lr": _optional_positive()}
 
 
 def _get(config, dotted: str):
@@ -135,6 +129,3 @@ def validate(config, where: str = "config") -> None:
     for i, decoder in enumerate(config.decoders):
         for key, rule in DECODER_RULES.items():
             _check(getattr(decoder, key), rule, f"decoders[{i}].{key}", where)
-    for i, method in enumerate(config.methods):
-        for key, rule in METHOD_RULES.items():
-            _check(getattr(method, key), rule, f"methods[{i}].{key}", where)

@@ -58,6 +58,9 @@ def head_shape(module) -> ModelShape:
 def reward_shapes(policy, trained) -> dict:
     """The models a reward-guided deployment counts: the policy (a runner PolicyContext), the RM's backbone
     where it is another model (None: the frozen policy itself) and the RM's head."""
+    classifier = getattr(trained.method, "classifier", None)  # a text-level RM (hf_rm) is its own model
+    if classifier is not None:
+        return {"policy": policy.shape, "reward": shape_of(classifier), "head": ModelShape(0.0, 0.0, 0, 0)}
     rm = trained.backbone.lm.model
     return {"policy": policy.shape, "reward": None if rm is policy.lm.model else shape_of(rm),
             "head": head_shape(trained.method)}
@@ -144,6 +147,16 @@ def args_work(shapes: dict, prompt: int, generated: int, max_new_tokens: int, to
         work.candidate_tokens += top_k * steps
         work.add("candidates", top_k * sum(forward_flops(stack, 1, prompt + j) for j in range(steps)))
     work.add("reward head", 2.0 * head.head_params * top_k * steps)
+    return work
+
+
+def text_args_work(shapes: dict, prompt: int, generated: int, max_new_tokens: int, read: list[int]) -> Work:
+    """ARGS with a text-level RM (hf_rm): the policy decodes as in greedy, and every step the RM reads k whole
+    texts (prompt + prefix + candidate, in its own tokens, `read` holding each text's length) with no cache."""
+    work = greedy_work(shapes["policy"], prompt, generated, max_new_tokens)
+    work.candidate_tokens += len(read)
+    work.reward_tokens += sum(read)
+    work.add("reward texts", sum(forward_flops(shapes["reward"], n) for n in read))
     return work
 
 

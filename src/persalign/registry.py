@@ -9,11 +9,21 @@ live in and imports every module of it on first lookup (walking the package,
 so a new method file needs no list to be edited). A module that fails to
 import is reported with its real error, and the registry is not marked
 loaded, instead of later claiming "unknown method".
+
+Plugins (entries outside this package) come two ways, like lm-eval's external
+model classes: a `module:Attribute` path used as the name in a config
+(`methods: [{name: "my_pkg.rewards:MyMethod"}]`), or an entry point of an
+installed package in the group `persalign.methods` / `persalign.decoders` /
+`persalign.datasets` (...). Either is checked against the registry's interface
+(the attributes it must have) and named with what is missing.
+
+    persalign list            # built-in and installed entries
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import pkgutil
 from typing import Any, Callable
 
@@ -23,15 +33,19 @@ from persalign.errors import ConfigError
 class Registry:
     """A named mapping from string keys to objects, with helpful errors."""
 
-    def __init__(self, kind: str, package: str, plural: str | None = None):
+    def __init__(self, kind: str, package: str, group: str, plural: str | None = None,
+                 required: tuple[str, ...] = ()):
         self.kind = kind
         self.package = package
         self.plural = plural or kind + "s"
+        self.required = required  # attributes every entry must have (its interface)
+        self.group = group  # entry-point group of installed plugins
         self._entries: dict[str, Any] = {}
         self._discovered = False
 
     def discover(self) -> None:
-        """Import every module of `package` once (their decorators register the built-in entries)."""
+        """Import every module of `package` once (their decorators register the built-in entries), then
+        the installed plugins' entry points."""
         if self._discovered:
             return
         package = importlib.import_module(self.package)
@@ -40,6 +54,8 @@ class Registry:
                 importlib.import_module(module.name)
             except ImportError as error:
                 raise ImportError(f"{self.plural}: importing {module.name} failed: {error}") from error
+        for point in importlib.metadata.entry_points(group=self.group):
+            self._add_plugin(point.name, lambda p=point: p.load(), f"entry point {point.value!r} ({self.group})")
         self._discovered = True
 
     def register(self, name: str) -> Callable[[Any], Any]:
@@ -51,11 +67,43 @@ class Registry:
 
         return decorator
 
+    def missing(self, obj: Any) -> list[str]:
+        """The interface attributes `obj` lacks (empty: it can be used as an entry)."""
+        return [name for name in self.required if not hasattr(obj, name)]
+
+    def _add_plugin(self, name: str, load: Callable[[], Any], source: str) -> Any:
+        try:
+            obj = load()
+        except (ImportError, AttributeError, ValueError) as error:
+            raise ConfigError(f"{self.kind} {name!r}: cannot load {source} ({type(error).__name__}: "
+                              f"{str(error).splitlines()[0][:200]})") from None
+        lacking = self.missing(obj)
+        if lacking:
+            raise ConfigError(f"{self.kind} {name!r} from {source} is not a {self.kind}: it lacks {lacking} "
+                              f"(see docs/plugins.md)")
+        if self._entries.get(name, obj) is not obj:
+            raise ConfigError(f"{self.kind} {name!r} from {source} clashes with the {self.kind} of that name")
+        self._entries[name] = obj
+        return obj
+
+    def _import_path(self, path: str) -> Any:
+        module, _, attribute = path.partition(":")
+        if not module or not attribute.isidentifier():
+            raise ConfigError(f"{self.kind} {path!r}: a plugin path is module:Attribute, e.g. my_pkg.rewards:MyMethod")
+
+        def load():
+            return getattr(importlib.import_module(module), attribute)
+
+        return self._add_plugin(path, load, f"{module}:{attribute}")
+
     def get(self, name: str) -> Any:
         self.discover()
+        if name not in self._entries and isinstance(name, str) and ":" in name:
+            return self._import_path(name)
         if name not in self._entries:
             known = ", ".join(sorted(self._entries)) or "none"
-            raise ConfigError(f"unknown {self.kind} {name!r} (known: {known})")
+            raise ConfigError(f"unknown {self.kind} {name!r} (known: {known}; or a plugin given as "
+                              f"module:Attribute)")
         return self._entries[name]
 
     def names(self) -> list[str]:
@@ -68,15 +116,23 @@ class Registry:
 
     def __contains__(self, name: str) -> bool:
         self.discover()
+        if name not in self._entries and isinstance(name, str) and ":" in name:
+            try:
+                self._import_path(name)
+            except ConfigError:
+                return False
         return name in self._entries
 
 
-DATASETS = Registry("dataset", "persalign.data")
-DECODERS = Registry("decoder", "persalign.decoders")
-METRICS = Registry("generation metric", "persalign.metrics")
-MODELS = Registry("model alias", "persalign.models", "model aliases")
-EMBEDDERS = Registry("embedder", "persalign.models")
-METHODS = Registry("reward method", "persalign.rewards")
+METHOD_INTERFACE = ("name", "display", "personalized", "deployments", "Settings", "fit", "adapt", "save", "load")
+DECODER_INTERFACE = ("properties", "prepare", "generate", "score_pairs", "settings", "begin", "finish")
+
+DATASETS = Registry("dataset", "persalign.data", "persalign.datasets", required=("__call__",))
+DECODERS = Registry("decoder", "persalign.decoders", "persalign.decoders", required=DECODER_INTERFACE)
+METRICS = Registry("generation metric", "persalign.metrics", "persalign.metrics")
+MODELS = Registry("model alias", "persalign.models", "persalign.models", "model aliases")
+EMBEDDERS = Registry("embedder", "persalign.models", "persalign.embedders")
+METHODS = Registry("reward method", "persalign.rewards", "persalign.methods", required=METHOD_INTERFACE)
 
 register_dataset = DATASETS.register
 register_decoder = DECODERS.register
@@ -84,6 +140,7 @@ register_metric = METRICS.register
 register_model_alias = MODELS.register
 register_embedder = EMBEDDERS.register
 register_method = METHODS.register
+
 
 def all_registries() -> list[Registry]:
     return [DATASETS, METHODS, DECODERS, METRICS, MODELS, EMBEDDERS]

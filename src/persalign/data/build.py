@@ -16,6 +16,8 @@ def build_dataset(config: DataConfig, embedder_factory, split: SplitConfig) -> P
     the user split that Pref-LaMP mines its negatives by (see data/preflamp.py).
     """
     loaded = DATASETS.get(config.dataset)(config)
+    if config.task:  # the one place a configured task replaces the loader's own default (headline, chat, ...)
+        loaded.task = config.task
     if isinstance(loaded, PreferenceDataset):
         return loaded
     assert isinstance(loaded, UserWriting), f"loader {config.dataset} returned {type(loaded).__name__}"

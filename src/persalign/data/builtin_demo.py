@@ -19,7 +19,7 @@ from persalign.registry import register_dataset
 @register_dataset("demo")
 def load_demo(config: DataConfig) -> UserWriting:
     """Eight fictional authors (24 headlines each), each with a distinct style."""
-    task = config.task or "headline"
+    task = "headline"
     if config.path:
         writing = load_completions_jsonl(config.path, "demo", task)
     else:

@@ -90,7 +90,7 @@ def load_lamp(config: DataConfig) -> UserWriting:
             items.append(_profile_item(task, user, raw, questions_path, f"{where}, profile[{j}]"))
         query_input = text[len(prefix):] if text.startswith(prefix) else text
         items.append(UserItem(f"{user}/question", user, query_input.strip(), golds[user]))
-    return UserWriting(task, config.task or template, str(questions_path), items, {"questions": len(questions)})
+    return UserWriting(task, template, str(questions_path), items, {"questions": len(questions)})
 
 
 load_lamp.companion_files = lambda questions: [_outputs_path(questions)]  # hashed with it (provenance)

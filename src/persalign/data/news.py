@@ -45,4 +45,4 @@ def load_news_category(config: DataConfig) -> UserWriting:
     if not items:
         raise DataError(config.path, "no record has an author")
     notes = {"records": len(items) + no_author, "records_without_author": no_author}
-    return UserWriting("news_category", config.task or "headline", str(config.path), items, notes)
+    return UserWriting("news_category", "headline", str(config.path), items, notes)

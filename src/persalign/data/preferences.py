@@ -60,7 +60,7 @@ def load_tldr(config: DataConfig) -> PreferenceDataset:
         comparisons.append(Comparison(f"tldr:{post_id}:{where}", worker, prompt, texts[choice], texts[1 - choice]))
     if not comparisons:
         raise DataError(path, "no comparisons found")
-    return PreferenceDataset("tldr", config.task or "summary", comparisons, notes={"pairs": len(comparisons)})
+    return PreferenceDataset("tldr", "summary", comparisons, notes={"pairs": len(comparisons)})
 
 
 def profile_user(profile: list) -> str:
@@ -95,7 +95,7 @@ def load_personalized_rewardbench(config: DataConfig) -> PreferenceDataset:
             require_text(record, "chosen", path, where), require_text(record, "rejected", path, where)))
     if not comparisons:
         raise DataError(path, "no examples found")
-    return PreferenceDataset("personalized_rewardbench", config.task or "chat", comparisons,
+    return PreferenceDataset("personalized_rewardbench", "chat", comparisons,
                              profiles={u: list(items.values()) for u, items in profiles.items()},
                              notes={"pairs": len(comparisons), "users": len({c.user for c in comparisons}),
                                     "users_with_profile": len(profiles),
@@ -122,6 +122,6 @@ def load_preferences_jsonl(config: DataConfig) -> PreferenceDataset:
     if not comparisons:
         raise DataError(path, f"every one of its {identical} pairs has chosen == rejected: no preference to learn"
                         if identical else "the file holds no records")
-    return PreferenceDataset("preferences_jsonl", config.task or "chat", comparisons, completions,
+    return PreferenceDataset("preferences_jsonl", "chat", comparisons, completions,
                              notes={"pairs": len(comparisons), "with_reference": len(completions),
                                     "pairs_with_chosen_equal_to_rejected_dropped": identical})

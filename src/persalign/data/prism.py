@@ -99,4 +99,4 @@ def load_prism(config: DataConfig) -> PreferenceDataset:
     notes = {"pairs": len(comparisons), "survey_users": len(survey_users), "users": len(users_with_pairs),
              "users_without_pairs": len(survey_users - users_with_pairs),
              "conversations_of_unknown_users": unknown}
-    return PreferenceDataset("prism", config.task or "chat", comparisons, notes=notes)
+    return PreferenceDataset("prism", "chat", comparisons, notes=notes)

@@ -19,12 +19,12 @@ from persalign.decoders.args_lambda import choose_lambda
 from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
 )
-from persalign.cost import args_work, reward_shapes
+from persalign.cost import args_work, reward_shapes, text_args_work
 from persalign.decoding import clean_generation
 from persalign.files import DamagedFileError, fields, read_json, set_aside, write_atomic
 from persalign.metrics.ranking import pair_outcome
 from persalign.registry import register_decoder
-from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
+from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd, sequence_rewards
 
 
 def plain_prompts(formatter, examples: list) -> PreparedBatch:
@@ -37,11 +37,13 @@ def plain_prompts(formatter, examples: list) -> PreparedBatch:
 class ArgsDeployment(TrainedDeployment):
     """The policy decoded with ARGS under the user's reward; pairs ranked by s_RGD."""
 
+    switch = "args"
+
     properties = DeploymentProperties(seed_dependent=True, learns_from_pairs=True, ranks_with_reward_model=True,
                                       needs="reward_model", compares_with_reference=True)
     def __init__(self, ctx):
         super().__init__(ctx)
-        self.lm = ctx.policy.lm
+        self.lm, self.args = ctx.policy.lm, ctx.run.config.args
         self.choice: dict = {}
 
     def begin(self) -> None:
@@ -65,14 +67,18 @@ class ArgsDeployment(TrainedDeployment):
         return plain_prompts(self.formatter, examples)
 
     def generate(self, batch: PreparedBatch) -> Generated:
-        config = self.ctx.run.config
-        guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, config.args.top_k)
+        guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, self.args.top_k)
         # decoded even at λ = 0 (unlike the λ choice): the cell's generation seconds are its cost in the verdict
-        max_new = config.generation.max_new_tokens
-        ids = args_decode(self.lm, guide, batch.prompts, max_new)
+        max_new = self.generation.max_new_tokens
+        stats: dict = {}
+        ids = args_decode(self.lm, guide, batch.prompts, max_new, stats=stats)
         shapes, token_level = reward_shapes(self.ctx.policy, self.trained), self.trained.method.token_level
-        work = [args_work(shapes, len(p), len(row), max_new, config.args.top_k, token_level).columns()
-                for p, row in zip(batch.prompts, ids)]
+        if stats.get("reward_texts") is not None:  # a text-level RM counted what it read, row by row
+            work = [text_args_work(shapes, len(p), len(row), max_new, read).columns()
+                    for p, row, read in zip(batch.prompts, ids, stats["reward_texts"])]
+        else:
+            work = [args_work(shapes, len(p), len(row), max_new, self.args.top_k, token_level).columns()
+                    for p, row in zip(batch.prompts, ids)]
         return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids],
                          columns=work)
 
@@ -80,9 +86,9 @@ class ArgsDeployment(TrainedDeployment):
         users, prompts, n = batch.users, batch.prompts, len(batch.examples)
         method, backbone = self.trained.method, self.trained.backbone
         chosen, rejected = pair_responses(self.formatter, batch.examples)
-        batch_size = self.ctx.run.config.generation.batch_size
+        batch_size = self.generation.batch_size
         lp = logprob_sums(self.lm, prompts + prompts, chosen + rejected, batch_size, self.ctx.policy.memo,
-                          self.ctx.run.config.generation.token_budget)
+                          self.generation.token_budget)
         seq, step_sum = reward_sums(method, backbone, users * 2, prompts * 2, chosen + rejected)
         s = s_rgd(lp, step_sum, self.lam)
         columns = [{"lambda": self.lam} for _ in range(n)]
@@ -96,7 +102,8 @@ class ArgsDeployment(TrainedDeployment):
         zero_shot = [zero_shot_outputs[ex.id] for ex in batch.examples]
         texts = [self.formatter.response_ids(t) for t in generated.texts + zero_shot]
         n = len(batch.examples)
-        scores, _ = reward_sums(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2, texts)
+        scores = sequence_rewards(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2,
+                                  texts)
         for i in range(n):
             win = pair_outcome(scores[i], scores[n + i])
             columns[i].update({"zero_shot_generation": zero_shot[i], "rm_generation": float(scores[i]),
@@ -104,7 +111,7 @@ class ArgsDeployment(TrainedDeployment):
 
     def settings(self) -> dict:
         return {"lambda": self.lam, "lambda_rule": self.choice["rule"], "lambda_s": self.choice.get("seconds", 0.0),
-                "top_k": self.ctx.run.config.args.top_k, **self.training_settings()}
+                "top_k": self.args.top_k, **self.training_settings()}
 
     def summary_line(self, metrics: dict) -> str:
         return f"λ={self.lam} ({self.choice['rule']}), " + super().summary_line(metrics)

@@ -233,8 +233,39 @@ class TokenScorer:
         self.state = self.state[index]
 
 
-def make_scorer(policy, guide: RewardGuide):
-    """The method declares how its candidates are scored (`token_level`); the loop is the same."""
+class TextScorer:
+    """A text-level RM with its own tokenizer (hf_rm): each candidate becomes the text prompt + prefix +
+    candidate, read whole by the RM (no cache between steps); the policy decodes as in greedy."""
+
+    def __init__(self, guide: RewardGuide, policy, prompts: list[list[int]]):
+        self.guide, self.policy = guide, policy
+        self.prompts, self.prefixes = list(prompts), [[] for _ in prompts]
+        self.live = list(range(len(prompts)))
+        self.read: list[list[int]] = [[] for _ in prompts]  # RM tokens of every text each row's steps read
+
+    def prefill(self, ids, mask, positions):
+        return policy_prefill(self.policy, ids, mask, positions, self.guide.prefills)
+
+    def token_rewards(self, candidates, mask, next_pos, users) -> torch.Tensor:
+        rewards, lengths = self.guide.method.candidate_rewards([self.prompts[r] for r in self.live],
+                                                               [self.prefixes[r] for r in self.live], candidates)
+        for row, read in zip(self.live, lengths):
+            self.read[row] += read
+        return rewards
+
+    def advance(self, choice, tokens, mask, next_pos) -> None:
+        for row, token in zip(self.live, tokens.tolist()):
+            self.prefixes[row].append(token)
+        return None
+
+    def select(self, index) -> None:
+        self.live = [self.live[i] for i in index.tolist()]
+
+
+def make_scorer(policy, guide: RewardGuide, prompts: list[list[int]]):
+    """The method declares how its candidates are scored (`token_level`, `text_level`); the loop is the same."""
+    if getattr(guide.method, "text_level", False):
+        return TextScorer(guide, policy, prompts)
     shared = guide.lm.model is policy.model
     return (TokenScorer if guide.method.token_level else TreeScorer)(guide, policy, shared)
 
@@ -247,10 +278,11 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
     `trace` collects (candidates, candidate prefix rewards) per step; `stats`
     receives prefill seconds, decode seconds and the number of steps.
     """
-    check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
+    if not getattr(guide.method, "text_level", False):  # a text-level RM reads text: any tokenizer will do
+        check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
     guide.method.bind(guide.lm)
     started = time.perf_counter()
-    scorer = make_scorer(policy, guide)
+    scorer = make_scorer(policy, guide, prompts)
     ids, mask, positions = left_pad(prompts, policy.tokenizer.pad_token_id, policy.device)
     policy_cache, logprobs = scorer.prefill(ids, mask, positions)
     users = guide.method.user_ids(guide.users).to(policy.device)
@@ -284,7 +316,8 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
             live, mask, next_pos, logprobs, users = live[index], mask[index], next_pos[index], logprobs[index], users[index]
             pool = PoolingState(pool.total[index], pool.count[index])
     if stats is not None:
-        stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1)
+        stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1,
+                     reward_texts=getattr(scorer, "read", None))
     return rows.generated
 
 
@@ -298,7 +331,8 @@ def args_decode_reusing_greedy(memo: dict, policy, guide: RewardGuide, prompts: 
     seconds are their cost."""
     if guide.lam != 0:
         return args_decode(policy, guide, prompts, max_new_tokens)
-    key = (guide.method.token_level, guide.lm.model is policy.model, guide.top_k, max_new_tokens,
+    key = (guide.method.token_level, getattr(guide.method, "text_level", False), guide.lm.model is policy.model,
+           guide.top_k, max_new_tokens,
            tuple(map(tuple, prompts)))
     if key not in memo:
         memo[key] = args_decode(policy, guide, prompts, max_new_tokens)

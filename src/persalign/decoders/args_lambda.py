@@ -66,7 +66,8 @@ def validation_pairs(dataset, split, formatter, size: int | None) -> tuple[PairD
 def choose_lambda(ctx, trained) -> dict:
     """Appendix F.2 for one trained reward model and one policy: {'lambda', 'rule', 'curve'}."""
     run, policy = ctx.run, ctx.policy
-    args_config, batch_size = run.config.args, run.config.generation.batch_size
+    args_config, generation = run.config.args, run.config.generation
+    batch_size = generation.batch_size
     grid, rule = list(args_config.lambdas), args_config.selection
     if rule == "auto":
         rule = "harmonic" if run.generates else "policy_accuracy"
@@ -74,8 +75,8 @@ def choose_lambda(ctx, trained) -> dict:
         return {"lambda": args_config.fixed_lambda, "rule": "fixed", "curve": {}}
     val, val_ids = validation_pairs(run.dataset, run.split, policy.formatter,
                                     args_config.validation_size if rule == "harmonic" else None)
-    lp_w = logprob_sums(policy.lm, val.prompts, val.chosen, batch_size, policy.memo, run.config.generation.token_budget)
-    lp_l = logprob_sums(policy.lm, val.prompts, val.rejected, batch_size, policy.memo, run.config.generation.token_budget)
+    lp_w = logprob_sums(policy.lm, val.prompts, val.chosen, batch_size, policy.memo, generation.token_budget)
+    lp_l = logprob_sums(policy.lm, val.prompts, val.rejected, batch_size, policy.memo, generation.token_budget)
     _, r_w = reward_sums(trained.method, trained.backbone, val.users, val.prompts, val.chosen)
     _, r_l = reward_sums(trained.method, trained.backbone, val.users, val.prompts, val.rejected)
     accuracy = policy_accuracy_curve(lp_w, lp_l, r_w, r_l, grid)

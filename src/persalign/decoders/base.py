@@ -144,6 +144,7 @@ class TrainedDeployment(DeploymentBase):
     """A deployment of a trained method: named after the method; its trained part comes in the cell context."""
 
     index_block = 0  # report order: block 0 right after the reward-free deployments, block 1 after that
+    switch: str | None = None  # the config section whose `enabled` turns this deployment on (None: always on)
 
     @staticmethod
     def label_for_method(method_label: str) -> str:
@@ -152,10 +153,12 @@ class TrainedDeployment(DeploymentBase):
     def __init__(self, ctx):
         self.ctx, self.trained, self.label = ctx, ctx.trained, ctx.cell.decoder
         self.formatter = ctx.policy.formatter
+        # the run settings a deployment reads, received here once (not looked up four levels deep)
+        self.generation, self.reward_mode = ctx.run.config.generation, ctx.run.config.reward.mode
 
     def training_settings(self) -> dict:
         """What every trained deployment records: the method, the reward mode and the training log."""
-        return {"method": self.ctx.planned.method.name, "reward_mode": self.ctx.run.config.reward.mode,
+        return {"method": self.ctx.planned.method.name, "reward_mode": self.reward_mode,
                 "training": {k: v for k, v in self.trained.log.items() if k != "history"}}
 
 

@@ -22,13 +22,14 @@ from persalign.decoders.base import (
 from persalign.decoders.best_of_n_samples import nested_best
 from persalign.metrics.ranking import user_macro_mean
 from persalign.registry import register_decoder
-from persalign.rewards.policy_scoring import reward_sums
+from persalign.rewards.policy_scoring import sequence_rewards
 
 
 @register_decoder("best_of_n")
 class BestOfN(TrainedDeployment):
     """N_max shared samples per prompt; the user's RM picks the best of the first N."""
 
+    switch = "best_of_n"
     properties = DeploymentProperties(seed_dependent=True, learns_from_pairs=True, ranks_with_reward_model=True,
                                       reranks_samples=True, needs="reward_model")
     index_block = 1  # report order: after every ARGS row
@@ -42,7 +43,8 @@ class BestOfN(TrainedDeployment):
     def __init__(self, ctx):
         super().__init__(ctx)
         self.samples = ctx.policy.samples
-        self.ns = sorted(ctx.run.config.best_of_n.ns)
+        self.options = ctx.run.config.best_of_n
+        self.ns = sorted(self.options.ns)
 
     def prepare(self, examples: list) -> PreparedBatch:
         return plain_prompts(self.samples.formatter, examples)
@@ -53,11 +55,11 @@ class BestOfN(TrainedDeployment):
         flat_users = [u for u in batch.users for _ in range(n)]
         flat_prompts = [p for p in batch.prompts for _ in range(n)]
         flat = [self.samples.formatter.response_ids(t) for r in records for t in r["samples"]]
-        rewards, _ = reward_sums(self.trained.method, self.trained.backbone, flat_users, flat_prompts, flat)
+        rewards = sequence_rewards(self.trained.method, self.trained.backbone, flat_users, flat_prompts, flat)
         rewards = rewards.reshape(len(records), n)
         picks = nested_best(rewards.tolist(), self.ns)
         texts, scores, columns = [], [], []
-        shapes, max_new = reward_shapes(self.ctx.policy, self.trained), self.ctx.run.config.generation.max_new_tokens
+        shapes, max_new = reward_shapes(self.ctx.policy, self.trained), self.generation.max_new_tokens
         for i, record in enumerate(records):
             lengths = [len(ids) for ids in flat[i * n : (i + 1) * n]]  # the samples as the RM reads them
             row = best_of_n_work(shapes, len(batch.prompts[i]), lengths, max_new).columns()
@@ -75,12 +77,12 @@ class BestOfN(TrainedDeployment):
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         formatter, n = self.samples.formatter, len(batch.examples)
         chosen, rejected = pair_responses(formatter, batch.examples)
-        seq, _ = reward_sums(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2,
-                             chosen + rejected)
+        seq = sequence_rewards(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2,
+                               chosen + rejected)
         return PairScores(reward=(seq[:n], seq[n:]))
 
     def settings(self) -> dict:
-        return {"ns": self.ns, "temperature": self.ctx.run.config.best_of_n.temperature,
+        return {"ns": self.ns, "temperature": self.options.temperature,
                 **self.training_settings()}
 
     def finish(self, metrics: dict, rows: list[dict]) -> dict:

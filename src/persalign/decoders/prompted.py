@@ -29,6 +29,11 @@ class PromptedDeployment(DeploymentBase):
         self.label = ctx.cell.decoder
         self.lm, self.formatter = ctx.policy.lm, ctx.policy.formatter
 
+    @property
+    def generation(self):
+        """The run's generation settings (the one run setting a prompted deployment reads)."""
+        return self.ctx.run.config.generation
+
     @classmethod
     def check(cls, config) -> None:
         return None
@@ -52,7 +57,7 @@ class PromptedDeployment(DeploymentBase):
         return batch.state
 
     def generate(self, batch: PreparedBatch) -> Generated:
-        max_new = self.ctx.run.config.generation.max_new_tokens
+        max_new = self.generation.max_new_tokens
         ids = decode_from(self.lm, self._prefill(batch), greedy, max_new)
         shape = self.ctx.policy.shape
         work = [greedy_work(shape, len(p), len(row), max_new).columns() for p, row in zip(batch.prompts, ids)]

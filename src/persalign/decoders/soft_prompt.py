@@ -31,7 +31,7 @@ class SoftPromptDeployment(TrainedDeployment):
         return plain_prompts(self.formatter, examples)
 
     def generate(self, batch: PreparedBatch) -> Generated:
-        lm, max_new = self.trained.lm, self.ctx.run.config.generation.max_new_tokens
+        lm, max_new = self.trained.lm, self.generation.max_new_tokens
         ids = self.trained.method.generate(lm, batch.users, batch.prompts, max_new)
         soft, shape = self.trained.method.soft_token_count, shape_of(lm.model)  # the soft tokens are prefilled too
         work = [greedy_work(shape, len(p) + soft, len(row), max_new).columns() for p, row in zip(batch.prompts, ids)]
@@ -43,7 +43,7 @@ class SoftPromptDeployment(TrainedDeployment):
         chosen, rejected = pair_responses(self.formatter, batch.examples)
         implicit = np.asarray(self.trained.method.implicit_rewards(
             self.trained.lm, batch.users * 2, batch.prompts * 2, chosen + rejected,
-            self.ctx.run.config.generation.batch_size))
+            self.generation.batch_size))
         return PairScores(policy=(implicit[:n], implicit[n:]))
 
     def settings(self) -> dict:

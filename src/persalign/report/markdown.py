@@ -14,6 +14,7 @@ import pandas as pd
 from persalign.analysis.study import analyse
 from persalign.decoders.base import properties_of
 from persalign.report.study_sections import study_sections
+from persalign.report.results import write_results
 from persalign.report.verdict import verdict_section
 from persalign.runner.store import RunStore
 
@@ -148,6 +149,22 @@ def cost_table(frame: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def method_settings(frame: pd.DataFrame) -> list[str]:
+    """Each trained method's settings as it was trained (from its cells' training record, seed left out)."""
+    seen: dict[str, dict] = {}
+    for label, settings in zip(frame["decoder"], frame["settings"]):
+        training = settings.get("training") if isinstance(settings, dict) else None
+        values = training.get("settings") if isinstance(training, dict) else None
+        if isinstance(values, dict):
+            seen.setdefault(label, {k: v for k, v in values.items() if k != "seed"})
+    if not seen:
+        return []
+    lines = ["", "## Method settings (as trained; `persalign list --method NAME` explains each)", "",
+             "| Method | settings |", "|---|---|"]
+    return lines + [f"| {label} | " + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                                                for k, v in values.items()) + " |" for label, values in seen.items()]
+
+
 def bon_curves(frame: pd.DataFrame) -> dict[str, dict[str, dict]]:
     """policy -> Best-of-N label -> metric -> {N: mean over seeds}, from the cells' stored curves."""
     out: dict[str, dict[str, dict]] = {}
@@ -181,6 +198,7 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]
     parts += study_sections(analyses, bon_curves(frame))
     parts += ["", "## Cost (seconds, summed over seeds) and chosen λ", "", cost_table(frame)]
+    parts += method_settings(frame)
     ties = frame.groupby("decoder")["policy_ties"].mean()
     if (ties > 0).any():
         parts += ["", "Policy-accuracy ties (%): " + ", ".join(f"{k} {v:.2f}" for k, v in ties.items() if v > 0)]
@@ -188,4 +206,5 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
         parts += ["", "## Damaged cells (not in any table above)", ""] + [f"- {p}" for p in problems]
     text = "\n".join(parts) + "\n"
     (Path(run_dir) / "report.md").write_text(text)
+    write_results(run_dir)
     return text

@@ -35,25 +35,37 @@ Frozen mode reads the other methods' cached states shifted by one token
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from persalign.registry import register_method
-from persalign.rewards.method import MethodDefaults, RewardMethod
+from persalign.rewards.method import RewardMethod
+from persalign.rewards.settings import COUNT, MethodSettings, setting
 
-RANK = 8
+
+@dataclass
+class GenARMSettings(MethodSettings):
+    """GenARM: a low-rank change of the backbone's next-token distribution is the reward."""
+
+    head_lr: float = setting(1e-3, "learning rate of the low-rank adapter on the LM head's input")
+    max_steps: int | None = setting(150, "cap on training steps (reward.max_steps, when set, overrides): every "
+                                    "step scores the whole vocabulary at every response token", run_level="override")
+    beta: float = setting(1.0, "β in r_t = β log π_arm(y_t | x, y<t) (scales every token reward)")
+    rank: int = setting(8, "rank of the adapter W_up W_down added to the final hidden state", COUNT)
 
 
 class GenArmHead(nn.Module):
     pooling = "sum"
 
-    def __init__(self, hidden_size: int, beta: float, generator: torch.Generator):
+    def __init__(self, hidden_size: int, settings: GenARMSettings, generator: torch.Generator):
         super().__init__()
-        self.beta = beta
-        self.down = nn.Parameter(torch.randn(RANK, hidden_size, generator=generator) / hidden_size ** 0.5)
-        self.up = nn.Parameter(torch.zeros(hidden_size, RANK))
+        self.beta = settings.beta
+        self.down = nn.Parameter(torch.randn(settings.rank, hidden_size, generator=generator) / hidden_size ** 0.5)
+        self.up = nn.Parameter(torch.zeros(hidden_size, settings.rank))
         self.bound = ()  # (the backbone's LM head,), bound at run time: a tuple so it is never a submodule
 
     chunk_tokens = 1024  # tokens per vocabulary-wide block: ~200 MB of float logits at a 49k vocabulary
@@ -94,11 +106,10 @@ class GenARM(RewardMethod):
 
     name, display = "genarm", "GenARM"
     token_level = True
-    beta = 1.0
-    defaults = MethodDefaults(head_lr=1e-3, max_steps=150)
+    Settings = GenARMSettings
 
     def make_head(self) -> nn.Module:
-        return GenArmHead(self.hidden_size, self.beta, torch.Generator().manual_seed(self.settings.seed))
+        return GenArmHead(self.hidden_size, self.settings, torch.Generator().manual_seed(self.settings.seed))
 
     def bind(self, lm) -> None:
         self.head.bound = (lm.model.get_output_embeddings(),)
@@ -112,4 +123,4 @@ class GenARM(RewardMethod):
 
     def next_token_rewards(self, state: torch.Tensor, candidates: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         """(rows, k) token rewards of candidate tokens after the prefix whose last state is `state`."""
-        return self.beta * self.head.log_probs(state.float()).gather(-1, candidates)
+        return self.settings.beta * self.head.log_probs(state.float()).gather(-1, candidates)

@@ -13,11 +13,14 @@ Head LR 1e-4 (appendix F.1, "Vanilla & Vanilla-V2").
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from persalign.registry import register_method
-from persalign.rewards.method import MethodDefaults, RewardMethod
+from persalign.rewards.method import RewardMethod
+from persalign.rewards.settings import MethodSettings, setting
 
 
 class LinearTokenHead(nn.Module):
@@ -32,12 +35,19 @@ class LinearTokenHead(nn.Module):
         return self.linear(states).squeeze(-1)
 
 
+@dataclass
+class GlobalRMSettings(MethodSettings):
+    """Global RM (Vanilla) and Global RM-v2: one reward head for everyone (no user parameters are used)."""
+
+    head_lr: float = setting(1e-4, "learning rate of the reward head", paper="1e-4 (Vanilla, Vanilla-V2)")
+
+
 @register_method("global_rm")
 class GlobalRM(RewardMethod):
     """Non-personalized BT reward: linear head on the last token's state."""
 
     name, display = "global_rm", "Global RM"
-    defaults = MethodDefaults(head_lr=1e-4)
+    Settings = GlobalRMSettings
     head_pooling = "last"
 
     def make_head(self) -> nn.Module:

@@ -18,13 +18,14 @@ Defaults (appendix F): latent dim 8 (LoRE) / 20 (LoRE-Alt) for PRISM/LaMP,
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass
 
 import torch
 from torch import nn
 
 from persalign.registry import register_method
-from persalign.rewards.method import MethodDefaults, RewardMethod
+from persalign.rewards.method import RewardMethod
+from persalign.rewards.settings import PersonalizedSettings, latent_dim, setting
 
 
 class LoreHead(nn.Module):
@@ -44,12 +45,26 @@ class LoreHead(nn.Module):
         return torch.einsum("btk,bk->bt", self.bases(states), self.weights(users))
 
 
+@dataclass
+class LoRESettings(PersonalizedSettings):
+    """LoRE: K reward bases shared by everyone, a simplex weight vector per user."""
+
+    head_lr: float = setting(1e-3, "learning rate of the reward bases")
+    user_lr: float = setting(0.5, "learning rate of each user's weight logits", paper="0.5 (decoder LR)")
+    latent_dim: int = latent_dim(8, "number of reward bases K")
+
+
+@dataclass
+class LoREAltSettings(LoRESettings):
+    latent_dim: int = latent_dim(20, "number of reward bases K", paper="20 on PRISM and Pref-LaMP")
+
+
 @register_method("lore")
 class LoRE(RewardMethod):
     """Reward bases + per-user simplex weights, trained jointly."""
 
     name, display, personalized = "lore", "LoRE", True
-    defaults = MethodDefaults(head_lr=1e-3, user_lr=0.5, latent_dim=8)
+    Settings = LoRESettings
 
     def make_head(self) -> nn.Module:
         return LoreHead(self.hidden_size, self.settings.latent_dim)
@@ -63,5 +78,5 @@ class LoREAlt(LoRE):
     """LoRE with alternating steps: user weights (bases frozen), then bases (weights frozen)."""
 
     name, display = "lore_alt", "LoRE-Alt"
-    defaults = replace(LoRE.defaults, latent_dim=20)
+    Settings = LoREAltSettings
     alternate = True

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -23,57 +23,15 @@ from torch import nn
 
 from persalign.files import fields, read_json, read_tensors, write_atomic
 from persalign.rewards import base
+from persalign.rewards.settings import MethodSettings, resolve
 from persalign.rewards.train import PairData, TrainLog, TrainSchedule, train_pairs
 
 GENERIC_USER = "<generic>"
 
 
-@dataclass
-class MethodSettings:
-    """Resolved hyper-parameters of one method (paper appendix F defaults)."""
-
-    head_lr: float = 1e-4
-    weight_decay: float = 0.0
-    user_lr: float = 1e-2
-    latent_dim: int = 8
-    batch_size: int = 32
-    epochs: int = 200
-    patience: int = 20
-    adapt_epochs: int = 100
-    max_steps: int | None = None
-    backbone_lr: float = 5e-5
-    seed: int = 0
-
-
-@dataclass(frozen=True)
-class MethodDefaults:
-    """A method's own defaults (paper appendix F), declared as `defaults = MethodDefaults(...)` in its
-    file; None falls back to the run's reward config or to MethodSettings."""
-
-    head_lr: float | None = None
-    user_lr: float | None = None
-    latent_dim: int | None = None
-    weight_decay: float | None = None
-    batch_size: int | None = None
-    adapt_epochs: int | None = None
-    max_steps: int | None = None
-
-
 def resolve_settings(method_cls, method_config, reward_config, seed: int) -> MethodSettings:
-    """The one precedence rule: this method's config entry > the run's reward config > the method's
-    own defaults > MethodSettings (for batch size: method default > reward config)."""
-    own, base = method_cls.defaults, MethodSettings()
-    return MethodSettings(
-        head_lr=method_config.head_lr or own.head_lr or base.head_lr,
-        user_lr=method_config.user_lr or own.user_lr or base.user_lr,
-        latent_dim=method_config.latent_dim or own.latent_dim or base.latent_dim,
-        weight_decay=own.weight_decay or base.weight_decay,
-        batch_size=own.batch_size or reward_config.batch_size,
-        epochs=reward_config.epochs, patience=reward_config.patience,
-        adapt_epochs=method_config.adapt_epochs or reward_config.adapt_epochs or own.adapt_epochs or base.adapt_epochs,
-        max_steps=method_config.max_steps or reward_config.max_steps or own.max_steps,
-        backbone_lr=reward_config.backbone_lr, seed=seed,
-    )
+    """The settings of `method_cls` for one run and seed (see rewards/settings.py for the precedence)."""
+    return resolve(method_cls.Settings, method_config.settings, reward_config, seed)
 
 
 def precompute_features(method, backbone, *datasets) -> None:
@@ -83,7 +41,7 @@ def precompute_features(method, backbone, *datasets) -> None:
     float rounding depends on which pairs shared a padded batch, and two fits
     with the same seed could differ.
     """
-    if backbone.trainable:
+    if backbone.trainable or getattr(method, "pretrained", False):  # nothing to train on them
         return
     prompts, responses = [], []
     for data in (d for d in datasets if d is not None):
@@ -108,7 +66,7 @@ def load_parameters(cls, folder: str | Path):
     """Rebuild a method saved by `save_parameters` (users re-added in their original order; no pickle)."""
     folder = Path(folder)
     meta = read_json(folder / "head.json", fields({"hidden_size": int, "users": dict, "settings": dict}))
-    method = cls(meta["hidden_size"], MethodSettings(**meta["settings"]))
+    method = cls(meta["hidden_size"], cls.Settings(**meta["settings"]))
     for user in sorted(meta["users"], key=meta["users"].get):
         method.add_user(user)
     method.load_state_dict(read_tensors(folder / "head.safetensors"))
@@ -127,7 +85,7 @@ class RewardMethod(nn.Module):
     name = "base"
     display = "Base"
     personalized = False
-    defaults = MethodDefaults()
+    Settings = MethodSettings  # a method's own subclass, in its file, adds fields and changes defaults
     deployments = ("args", "best_of_n")  # decoders that can deploy it (the config switches each on or off)
 
     def __init__(self, hidden_size: int, settings: MethodSettings):

@@ -12,24 +12,35 @@ on the shared (frozen or LoRA) backbone state h_t. Decoder LR 1e-3 (appendix F).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from persalign.registry import register_method
-from persalign.rewards.method import MethodDefaults, RewardMethod
+from persalign.rewards.method import RewardMethod
+from persalign.rewards.settings import COUNT, PersonalizedSettings, setting
 
-MLP_HIDDEN = 16
+
+@dataclass
+class MPUSettings(PersonalizedSettings):
+    """MPU / MPU-Avg: every user's own small MLP on the backbone state (all parameters are per user)."""
+
+    head_lr: float = setting(1e-3, "learning rate of the shared parameters (MPU has none: kept for the schedule)",
+                             paper="1e-3 (decoder LR)")
+    user_lr: float = setting(1e-3, "learning rate of each user's MLP", paper="1e-3 (decoder LR)")
+    mlp_hidden: int = setting(16, "hidden units of each user's MLP", COUNT)
 
 
 class PerUserMLP(nn.Module):
     pooling = "last"
 
-    def __init__(self, hidden_size: int, generator: torch.Generator):
+    def __init__(self, hidden_size: int, mlp_hidden: int, generator: torch.Generator):
         super().__init__()
         self.hidden_size = hidden_size
-        self.w1 = nn.Parameter(torch.randn(1, hidden_size, MLP_HIDDEN, generator=generator) / hidden_size ** 0.5)
-        self.b1 = nn.Parameter(torch.zeros(1, MLP_HIDDEN))
-        self.w2 = nn.Parameter(torch.randn(1, MLP_HIDDEN, generator=generator) / MLP_HIDDEN ** 0.5)
+        self.w1 = nn.Parameter(torch.randn(1, hidden_size, mlp_hidden, generator=generator) / hidden_size ** 0.5)
+        self.b1 = nn.Parameter(torch.zeros(1, mlp_hidden))
+        self.w2 = nn.Parameter(torch.randn(1, mlp_hidden, generator=generator) / mlp_hidden ** 0.5)
         self.b2 = nn.Parameter(torch.zeros(1))
 
     def token_rewards(self, states: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
@@ -42,10 +53,10 @@ class MPU(RewardMethod):
     """A small MLP per user; new users start from a fresh random MLP."""
 
     name, display, personalized = "mpu", "MPU", True
-    defaults = MethodDefaults(head_lr=1e-3, user_lr=1e-3)
+    Settings = MPUSettings
 
     def make_head(self) -> nn.Module:
-        return PerUserMLP(self.hidden_size, torch.Generator().manual_seed(self.settings.seed))
+        return PerUserMLP(self.hidden_size, self.settings.mlp_hidden, torch.Generator().manual_seed(self.settings.seed))
 
     def user_tables(self) -> dict[str, nn.Parameter]:
         return {name: getattr(self.head, name) for name in ("w1", "b1", "w2", "b2")}
@@ -55,7 +66,7 @@ class MPU(RewardMethod):
         if name == "w1":
             return torch.randn(table.shape[1:], generator=generator) / self.hidden_size ** 0.5
         if name == "w2":
-            return torch.randn(table.shape[1:], generator=generator) / MLP_HIDDEN ** 0.5
+            return torch.randn(table.shape[1:], generator=generator) / self.settings.mlp_hidden ** 0.5
         return torch.zeros_like(table[0])
 
 

@@ -18,22 +18,36 @@ that LR, 100 steps cannot move a new user's mixture far from uniform).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from persalign.registry import register_method
-from persalign.rewards.method import MethodDefaults, RewardMethod
+from persalign.rewards.method import RewardMethod
+from persalign.rewards.settings import COUNT, NON_NEGATIVE, PersonalizedSettings, latent_dim, setting
+
+
+@dataclass
+class PALSettings(PersonalizedSettings):
+    """PAL: K prototype points in a learnt preference space; each user mixes them (simplex weights)."""
+
+    head_lr: float = setting(1e-4, "learning rate of the projector f and the prototypes", paper="1e-4")
+    weight_decay: float = setting(0.01, "weight decay of the projector and prototypes", NON_NEGATIVE, paper="0.01")
+    user_lr: float = setting(5e-3, "learning rate of each user's mixture logits", paper="5e-3, no weight decay")
+    adapt_epochs: int = setting(500, "epochs fitting a new user's mixture (at LR 5e-3, 100 cannot move it far from "
+                                "uniform; reward.adapt_epochs, when set, overrides)", COUNT, run_level="override")
+    latent_dim: int = latent_dim(8, "dimension d of the preference space")
+    prototypes: int = setting(4, "number of prototype points K each user mixes", COUNT)
 
 
 class PalHead(nn.Module):
     pooling = "last"
-    PROTOTYPES = 4  # shared reward prototypes each user mixes
-
-    def __init__(self, hidden_size: int, dim: int, generator: torch.Generator):
+    def __init__(self, hidden_size: int, settings: PALSettings, generator: torch.Generator):
         super().__init__()
-        self.projector = nn.Linear(hidden_size, dim)
-        self.prototypes = nn.Parameter(torch.randn(self.PROTOTYPES, dim, generator=generator))
-        self.mixture_logits = nn.Parameter(torch.zeros(1, self.PROTOTYPES))
+        self.projector = nn.Linear(hidden_size, settings.latent_dim)
+        self.prototypes = nn.Parameter(torch.randn(settings.prototypes, settings.latent_dim, generator=generator))
+        self.mixture_logits = nn.Parameter(torch.zeros(1, settings.prototypes))
 
     def ideal_points(self, users: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.mixture_logits[users], dim=-1) @ self.prototypes
@@ -47,11 +61,10 @@ class PAL(RewardMethod):
     """Prototype mixtures: reward = -distance of f(h) to the user's ideal point."""
 
     name, display, personalized = "pal", "PAL", True
-    # adapt_epochs: mixture weights at the paper's LR 5e-3 need more steps than 100 to move
-    defaults = MethodDefaults(head_lr=1e-4, user_lr=5e-3, latent_dim=8, weight_decay=0.01, adapt_epochs=500)
+    Settings = PALSettings
 
     def make_head(self) -> nn.Module:
-        return PalHead(self.hidden_size, self.settings.latent_dim, torch.Generator().manual_seed(self.settings.seed))
+        return PalHead(self.hidden_size, self.settings, torch.Generator().manual_seed(self.settings.seed))
 
     def user_tables(self) -> dict[str, nn.Parameter]:
         return {"mixture_logits": self.head.mixture_logits}

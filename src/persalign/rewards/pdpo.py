@@ -31,6 +31,8 @@ activations of 8 pairs × 2 terms at once took the study to 8+ GB.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import contextlib
 from pathlib import Path
 
@@ -43,11 +45,29 @@ from tqdm.auto import tqdm
 from persalign.decoding import Prefill, decode_from, greedy, left_pad
 from persalign.models.loading import decoder_stack
 from persalign.registry import register_method
-from persalign.rewards.method import GENERIC_USER, MethodDefaults, MethodSettings, load_parameters, save_parameters
+from persalign.rewards.method import GENERIC_USER, load_parameters, save_parameters
+from persalign.rewards.settings import COUNT, FRACTION, PersonalizedSettings, setting
 from persalign.rewards.train import PairData, TrainLog
 from persalign.scoring import response_logprobs, right_pad
 
-SOFT_TOKENS = 8
+
+
+@dataclass
+class PDPOSettings(PersonalizedSettings):
+    """P-DPO: soft tokens before the prompt, a generic set plus a per-user offset, trained with DPO on the
+    policy itself (CPU defaults cap the steps; the paper trains to convergence)."""
+
+    head_lr: float = setting(1e-2, "learning rate of the generic soft tokens")
+    user_lr: float = setting(1e-2, "learning rate of each user's soft-token offsets")
+    batch_size: int | None = setting(8, "preference pairs per step (every pair is two policy passes with grad)",
+                                     COUNT, run_level="fill")
+    max_steps: int | None = setting(40, "cap on training steps (reward.max_steps, when set, overrides)", COUNT,
+                                    run_level="override")
+    adapt_epochs: int = setting(6, "optimisation steps fitting a new user's offsets (reward.adapt_epochs, when "
+                                "set, overrides)", COUNT, run_level="override")
+    soft_tokens: int = setting(8, "soft tokens prefilled before every prompt", COUNT, paper="8")
+    beta: float = setting(0.1, "β of the DPO loss and of the implicit reward β log π_θ/π_ref")
+    alpha: float = setting(0.5, "weight of the personalized term; 1 − α weighs the generic term", FRACTION)
 
 
 def dpo_loss(policy_w, policy_l, reference_w, reference_l, beta: float) -> torch.Tensor:
@@ -68,18 +88,17 @@ class PDPO(nn.Module):
     name, display, personalized = "pdpo", "P-DPO", True
     policy_side = True  # ranks and generates with the policy itself; no reward model, no ARGS
     deployments = ("soft_prompt",)
-    beta, alpha = 0.1, 0.5
-    # adapt_epochs: for P-DPO, optimisation steps per new user
-    defaults = MethodDefaults(head_lr=1e-2, user_lr=1e-2, max_steps=40, batch_size=8, adapt_epochs=6)
-    pairs_per_backward = 2
+    Settings = PDPOSettings
+    pairs_per_backward = 2  # memory, not a hyper-parameter: pairs whose graphs are held at once
 
-    def __init__(self, hidden_size: int, settings: MethodSettings):
+    def __init__(self, hidden_size: int, settings: PDPOSettings):
         super().__init__()
         self.hidden_size, self.settings = hidden_size, settings
         self.users: dict[str, int] = {GENERIC_USER: 0}
         generator = torch.Generator().manual_seed(settings.seed)
-        self.generic = nn.Parameter(0.02 * torch.randn(SOFT_TOKENS, hidden_size, generator=generator))
-        self.offsets = nn.Parameter(torch.zeros(1, SOFT_TOKENS, hidden_size))
+        self.generic = nn.Parameter(0.02 * torch.randn(settings.soft_tokens, hidden_size, generator=generator))
+        self.offsets = nn.Parameter(torch.zeros(1, settings.soft_tokens, hidden_size))
+        self.beta, self.alpha = settings.beta, settings.alpha
 
     def add_user(self, user: str) -> int:
         if user not in self.users:
@@ -91,7 +110,9 @@ class PDPO(nn.Module):
     def user_ids(self, users: list[str]) -> torch.Tensor:
         return torch.tensor([self.users.get(u, 0) for u in users], dtype=torch.long)
 
-    soft_token_count = SOFT_TOKENS  # prefilled before every prompt (counted in the deployment's cost)
+    @property
+    def soft_token_count(self) -> int:  # prefilled before every prompt (counted in the deployment's cost)
+        return self.settings.soft_tokens
 
     def soft_tokens(self, users: torch.Tensor, generic: bool = False) -> torch.Tensor:
         """(B, n, H) soft tokens of each row's user (the generic tokens for unknown users or `generic`)."""
@@ -172,7 +193,7 @@ class PDPO(nn.Module):
             loss = self._accumulate_gradients(lm, sub, reference_w, reference_l, with_generic)
             optimizer.step()
             log.steps += 1
-            log.tokens += sum(2 * (len(p) + SOFT_TOKENS) + len(w) + len(l)
+            log.tokens += sum(2 * (len(p) + self.settings.soft_tokens) + len(w) + len(l)
                               for p, w, l in zip(sub.prompts, sub.chosen, sub.rejected))
             log.history.append({"step": log.steps, "loss": loss})
             bar.update(1)

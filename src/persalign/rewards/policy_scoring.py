@@ -32,12 +32,23 @@ def s_rgd(logprob_sums, step_reward_sums, lam):
 @torch.no_grad()
 def reward_sums(method, backbone, users, prompts, responses) -> tuple[np.ndarray, np.ndarray]:
     """(sequence reward R(x, y), Σ_t r(y_t | x, y<t)) of each response under a trained RM."""
+    if hasattr(method, "reward_sums"):  # a text-level RM (hf_rm) reads text, not the backbone's states
+        sequence, steps = method.reward_sums(backbone, users, prompts, responses)
+        return np.asarray(sequence, dtype=np.float32), np.asarray(steps, dtype=np.float32)
     states = method.features(backbone, prompts, responses)
     padded, mask = pad_states(states)
     ids = method.user_ids(users)
     sequence = method.sequence_rewards(padded, mask, ids) * mask.any(-1)
     steps = method.step_rewards(padded, mask, ids)
     return sequence.numpy(), steps.sum(-1).numpy()
+
+
+def sequence_rewards(method, backbone, users, prompts, responses) -> np.ndarray:
+    """R(x, y) of whole responses only (Best-of-N, the win rate): a text-level RM then reads each response
+    once instead of once per prefix."""
+    if hasattr(method, "sequence_scores"):
+        return np.asarray(method.sequence_scores(backbone, prompts, responses), dtype=np.float32)
+    return reward_sums(method, backbone, users, prompts, responses)[0]
 
 
 def logprob_sums(policy, prompts, responses, batch_size: int, memo: dict | None = None,

@@ -19,13 +19,16 @@ decay 0.02, latent dim 8 (PRISM/LaMP), 2 (TL;DR).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 from torch import nn
 
 from persalign.registry import register_method
 from persalign.rewards.backbone import pad_states
-from persalign.rewards.method import GENERIC_USER, MethodDefaults, RewardMethod, precompute_features
+from persalign.rewards.method import GENERIC_USER, RewardMethod, precompute_features
+from persalign.rewards.settings import NON_NEGATIVE, PersonalizedSettings, latent_dim, setting
 from persalign.rewards.train import PairData
 
 
@@ -59,12 +62,22 @@ def preference_matrix(data: PairData, users: dict[str, int]) -> tuple[np.ndarray
     return matrix, first_row, list(rows)
 
 
+@dataclass
+class PReFSettings(PersonalizedSettings):
+    """PReF: R(u, y) = uᵀφ(y), warm-started from an SVD of the (pair × user) preference matrix."""
+
+    head_lr: float = setting(1e-3, "learning rate of the feature map φ", paper="1e-3 (decoder LR)")
+    weight_decay: float = setting(0.02, "weight decay of φ", NON_NEGATIVE, paper="0.02")
+    user_lr: float = setting(1e-3, "learning rate of each user's vector u")
+    latent_dim: int = latent_dim(8, "dimension of φ(y) and u")
+
+
 @register_method("pref")
 class PReF(RewardMethod):
     """Pointwise PReF: R(u,y) = uᵀφ(y), SVD + least-squares warm start, then BT."""
 
     name, display, personalized = "pref", "PReF", True
-    defaults = MethodDefaults(head_lr=1e-3, user_lr=1e-3, latent_dim=8, weight_decay=0.02)
+    Settings = PReFSettings
 
     def make_head(self) -> nn.Module:
         return PrefHead(self.hidden_size, self.settings.latent_dim)

@@ -17,12 +17,15 @@ Defaults (appendix F, the original implementation's): LR 1e-4, weight decay
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
 from persalign.registry import register_method
 from persalign.rewards.backbone import pad_states
-from persalign.rewards.method import MethodDefaults, RewardMethod, precompute_features
+from persalign.rewards.method import RewardMethod, precompute_features
+from persalign.rewards.settings import NON_NEGATIVE, PersonalizedSettings, latent_dim, setting
 from persalign.rewards.train import PairData, bradley_terry_loss
 
 WIDTH, CONTEXT, KL_MAX, KL_ANNEAL_STEPS = 64, 8, 0.01, 500
@@ -63,12 +66,22 @@ def last_states(backbone, data: PairData) -> tuple[torch.Tensor, torch.Tensor]:
     return last(data.chosen), last(data.rejected)
 
 
+@dataclass
+class VPLSettings(PersonalizedSettings):
+    """VPL: a variational encoder infers a user latent z from context pairs; a decoder reads r(e, z)."""
+
+    head_lr: float = setting(1e-4, "learning rate of the encoder and the reward MLP", paper="1e-4")
+    weight_decay: float = setting(1e-3, "weight decay of the reward MLP", NON_NEGATIVE, paper="0.001")
+    user_lr: float = setting(1e-4, "learning rate of each user's latent", paper="1e-4")
+    latent_dim: int = latent_dim(8, "dimension of the user latent z", paper=None)
+
+
 @register_method("vpl")
 class VPL(RewardMethod):
     """Variational user latent from context pairs; decoder r(e, z)."""
 
     name, display, personalized = "vpl", "VPL", True
-    defaults = MethodDefaults(head_lr=1e-4, user_lr=1e-4, latent_dim=8, weight_decay=1e-3)
+    Settings = VPLSettings
 
     def make_head(self) -> nn.Module:
         self._contexts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}

@@ -26,7 +26,7 @@ from persalign.registry import DECODERS, METRICS
 from persalign.runner import provenance
 from persalign.runner.context import CellContext, PolicyContext, RunContext
 from persalign.runner.evaluate import query_examples, run_cell
-from persalign.runner.plan import PlannedCell, plan
+from persalign.runner.plan import PlannedCell, check_methods, plan
 from persalign.runner.store import RunStore, check_distinct_dirs
 from persalign.runner.trained import RewardBackbones, trained_policy_method, trained_reward
 
@@ -48,6 +48,7 @@ class Progress:
 
 
 def check_plan(config: RunConfig) -> None:
+    check_methods(config)
     cells = plan(config)
     if not cells:
         raise ConfigError("config: the run plans no cells (decoders and methods are empty, or every deployment "

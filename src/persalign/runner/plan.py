@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from persalign.config import DecoderConfig, MethodConfig, RunConfig
 from persalign.errors import ConfigError
 from persalign.registry import DECODERS, METHODS
+from persalign.rewards.settings import check_settings
 from persalign.runner.store import Cell
 
 
@@ -53,9 +54,11 @@ def method_labels(config: RunConfig) -> list[str]:
     return labels
 
 
-def enabled_deployments(config: RunConfig) -> dict[str, bool]:
-    """Which method deployments the config switches on (soft-prompt generation has no switch)."""
-    return {"args": config.args.enabled, "best_of_n": config.best_of_n.enabled, "soft_prompt": True}
+def deployment_enabled(config: RunConfig, name: str) -> bool:
+    """Whether the config switches a method deployment on: the decoder declares its switch (the config
+    section with `enabled`); one without a switch (soft prompt, a plugin's) is always on."""
+    switch = getattr(DECODERS.get(name), "switch", None)
+    return True if switch is None else bool(getattr(config, switch).enabled)
 
 
 def _seeds(config: RunConfig, decoder_cls) -> list[int]:
@@ -78,10 +81,10 @@ def baseline_cells(config: RunConfig, policy: str) -> list[PlannedCell]:
 
 def method_cells(config: RunConfig, policy: str) -> list[PlannedCell]:
     """Per method and seed, its enabled deployments in the order they run (ARGS before Best-of-N)."""
-    enabled, count = enabled_deployments(config), len(config.decoders)
+    count = len(config.decoders)
     cells = []
     for index, (method, label) in enumerate(zip(config.methods, method_labels(config))):
-        names = [n for n in METHODS.get(method.name).deployments if enabled[n]]
+        names = [n for n in METHODS.get(method.name).deployments if deployment_enabled(config, n)]
         for seed in config.seeds:
             for name in names:
                 decoder_cls = DECODERS.get(name)
@@ -94,3 +97,18 @@ def method_cells(config: RunConfig, policy: str) -> list[PlannedCell]:
 def plan(config: RunConfig) -> list[PlannedCell]:
     """Every cell, policy by policy: the reward-free deployments first, then each method's."""
     return [p for policy in config.policies for p in baseline_cells(config, policy) + method_cells(config, policy)]
+
+
+def check_methods(config: RunConfig, where: str = "config") -> None:
+    """Each method's name resolves (built in, installed or module:Class) and its settings are its own and in
+    range (the rules live beside each field of the method's Settings dataclass): before any cell is planned."""
+    for i, method in enumerate(config.methods):
+        if not isinstance(method.name, str) or not method.name.strip():
+            raise ConfigError(f"{where}.methods[{i}].name: {method.name!r} is not allowed (must be a method name)")
+        try:
+            method_cls = METHODS.get(method.name)
+        except ConfigError as error:
+            raise ConfigError(f"{where}.methods[{i}]: {error}") from None
+        check_settings(method_cls.Settings, method.settings, f"{where}.methods[{i}]")
+        if hasattr(method_cls, "preflight"):  # what only the method can check (a pretrained RM's model)
+            method_cls.preflight(method.settings)

@@ -1,0 +1,21 @@
+"""Plugins that must be refused or fail, given to persalign by module:Attribute path in tests."""
+
+from persalign.rewards.global_rm import GlobalRM
+
+
+class NotAMethod:
+    """Has a name and nothing else a reward method needs."""
+
+    name = "not_a_method"
+
+
+class FailingMethod(GlobalRM):
+    """Trains like Global RM, then fails for good: a plugin with a bug, as users will write them."""
+
+    name, display = "failing", "Failing RM"
+
+    def fit(self, backbone, train, val=None):
+        raise RuntimeError("this plugin fails on purpose")
+
+
+not_a_class = 3

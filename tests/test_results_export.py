@@ -1,0 +1,57 @@
+"""results.json and `persalign export` (issue #30, point 4): versioned, complete, readable by pandas."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from persalign import cli
+from persalign.report.results import SCHEMA, SCHEMA_VERSION
+from tests.test_runner import TINY
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("export") / "run"
+    argv = ["run", "demo-baselines", "-o", str(run_dir), "seeds=[0]", "methods=[{name: pal, prototypes: 3}]",
+            "reward.epochs=2", "args.selection=fixed"] + [a for a in TINY if not a.startswith("seeds")]
+    assert cli.main(argv) == 0
+    return run_dir
+
+
+def test_results_json_is_written_with_every_cell_its_ci_settings_costs_and_provenance(finished):
+    results = json.loads((finished / "results.json").read_text())
+    assert results["schema"] == SCHEMA and results["schema_version"] == SCHEMA_VERSION
+    assert results["run"]["config"]["methods"] == [{"name": "pal", "label": None, "prototypes": 3}]
+    assert results["run"]["provenance"]["runs"][0]["seeds"] == [0]
+    cells = {c["decoder"]: c for c in results["cells"]}
+    assert set(cells) == {"Zero-Shot", "ICL (4-shot)", "ICL-RAG (4-shot)", "PAL"}
+    assert cells["PAL"]["settings"]["training"]["settings"]["prototypes"] == 3
+    assert cells["PAL"]["counted_work"] and cells["Zero-Shot"]["counted_work"]
+    summary = {d["deployment"]: d for d in results["deployments"]}
+    pal = summary["PAL"]["metrics"]["policy_accuracy"]
+    assert pal["low"] <= pal["mean"] <= pal["high"] and pal["level"] == 0.95 and pal["users"] >= 2
+    assert pal["mean"] == pytest.approx(cells["PAL"]["policy_accuracy"])  # one seed: the cell is the summary
+
+
+def test_export_csv_is_one_row_per_cell_for_pandas(finished, tmp_path, capsys):
+    out = tmp_path / "cells.csv"
+    assert cli.main(["export", str(finished), "--format", "csv", "-o", str(out)]) == 0
+    frame = pd.read_csv(out)
+    assert len(frame) == 4 and list(frame.columns[:4]) == ["policy", "decoder", "seed", "examples"]
+    pal = frame.set_index("decoder").loc["PAL"]
+    assert pal["rouge1"] == pytest.approx(json.loads((finished / "results.json").read_text())["cells"][3]["rouge1"])
+    assert any(c.startswith("counted_work.") for c in frame.columns)
+    assert any(c.startswith("stage_seconds.") for c in frame.columns)
+
+
+def test_export_json_to_stdout_is_the_results_document(finished, capsys):
+    assert cli.main(["export", str(finished)]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert exported["schema_version"] == SCHEMA_VERSION and len(exported["cells"]) == 4
+
+
+def test_export_of_a_folder_that_is_not_a_run_is_one_line(tmp_path, capsys):
+    assert cli.main(["export", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(tmp_path) in err[0]
