@@ -1,6 +1,7 @@
 """results.json and `persalign export` (issue #30, point 4): versioned, complete, readable by pandas."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -55,3 +56,49 @@ def test_export_of_a_folder_that_is_not_a_run_is_one_line(tmp_path, capsys):
     assert cli.main(["export", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(tmp_path) in err[0]
+
+
+def test_a_finished_run_is_logged_to_wandb_in_offline_mode(finished, tmp_path, monkeypatch, capsys):
+    """--wandb-project logs the stored results (tables of deployments and cells) to W&B; offline here."""
+    pytest.importorskip("wandb", reason="wandb is the optional extra persalign[wandb]; make install adds it")
+    from persalign.report.wandb_log import log_run
+
+    run_dir = tmp_path / "run"
+    import shutil
+    shutil.copytree(finished, run_dir)
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    folder = Path(log_run(run_dir, "persalign-test"))
+    assert folder.parent == run_dir / "wandb" and folder.name.startswith("offline-run-")
+    tables = {p.name.split("_")[0]: json.loads(p.read_text()) for p in folder.glob("files/media/table/*.table.json")}
+    assert tables["deployments"]["columns"][:3] == ["policy", "deployment", "metric"]
+    logged = {(r[1], r[2]): r[3] for r in tables["deployments"]["data"]}
+    results = json.loads((finished / "results.json").read_text())
+    pal = {d["deployment"]: d for d in results["deployments"]}["PAL"]["metrics"]["policy_accuracy"]["mean"]
+    assert logged[("PAL", "policy_accuracy")] == pytest.approx(pal)
+    assert len(tables["cells"]["data"]) == 4
+
+
+def test_wandb_project_on_the_command_line_logs_after_the_run(finished, tmp_path, monkeypatch, capsys):
+    pytest.importorskip("wandb", reason="wandb is the optional extra persalign[wandb]; make install adds it")
+    import shutil
+    shutil.copytree(finished, tmp_path / "run")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    argv = ["run", "demo-baselines", "-o", str(tmp_path / "run"), "seeds=[0]", "methods=[{name: pal, prototypes: 3}]",
+            "reward.epochs=2", "args.selection=fixed", "--wandb-project", "persalign-test"] + \
+        [a for a in TINY if not a.startswith("seeds")]
+    assert cli.main(argv) == 0  # every cell already complete: the run resumes to nothing, then logs
+    assert "wandb: logged" in capsys.readouterr().out
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*/files/media/table/deployments_*.table.json"))
+
+
+def test_wandb_project_without_wandb_installed_is_one_line(finished, monkeypatch):
+    import sys
+
+    from persalign.errors import ConfigError
+    from persalign.report.wandb_log import log_run
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb now raises ImportError
+    with pytest.raises(ConfigError, match=r"--wandb-project needs wandb: pip install wandb"):
+        log_run(finished, "p")

@@ -29,12 +29,22 @@ def _cmd_run(args) -> None:
     config = load_config(args.config, args.overrides)
     store = run(config, args.output or f"runs/{config.name}", backend=_backend(args))
     print(build_report(store.root))
+    _log_to_wandb(args, [store.root])
+
+
+def _log_to_wandb(args, run_dirs) -> None:
+    if args.wandb_project:
+        from persalign.report.wandb_log import log_run
+
+        for run_dir in run_dirs:
+            print(f"wandb: logged {run_dir} to {log_run(run_dir, args.wandb_project)}")
 
 
 def _cmd_study(args) -> None:
     from persalign.study import run_study
 
-    run_study(args.configs, args.overrides, args.output, args.quick, backend=_backend(args))
+    run_dirs = run_study(args.configs, args.overrides, args.output, args.quick, backend=_backend(args))
+    _log_to_wandb(args, run_dirs)
 
 
 def _backend(args):
@@ -56,6 +66,9 @@ def _add_backend_arguments(command) -> None:
     group.add_argument("--num-gpus", type=float, default=0.0,
                        help="GPUs each Ray task asks for; a fraction (0.25) lets small-model cells share one")
     group.add_argument("--max-retries", type=int, default=2, help="retries of a Ray task whose worker died")
+    command.add_argument("--wandb-project", metavar="PROJECT",
+                         help="also log each finished run to Weights & Biases (pip install wandb; "
+                              "WANDB_MODE=offline logs into RUN_DIR/wandb)")
 
 
 def _cmd_report(args) -> int:
