@@ -37,7 +37,6 @@ from persalign.models.loading import decoder_stack, load_causal_lm
 from persalign.prompts import PromptFormatter
 from persalign.registry import METHODS
 from persalign.rewards.lora import attach_lora
-from persalign.rewards.method import MethodSettings
 
 
 def timed(fn):
@@ -194,7 +193,7 @@ def main() -> None:
     prompts = [formatter.prompt_ids(p.prompt) for p in pairs]
     lora_rm = attach_lora(load_causal_lm("smollm2-135m-instruct"), 8, 16)
     lora_rm.model.eval()
-    method = METHODS.get("global_rm")(policy.model.config.hidden_size, MethodSettings(seed=0)).eval()
+    method = METHODS.get("global_rm")(policy.model.config.hidden_size, METHODS.get("global_rm").Settings(seed=0)).eval()
     with torch.no_grad():
         method.head.linear.weight.normal_(0, 0.05)
     rms = {"lora_rm": lora_rm, "shared": policy}

@@ -34,7 +34,6 @@ from persalign.decoding import decode, greedy
 from persalign.models.device import resolve_device, resolve_dtype
 from persalign.models.loading import LoadedLM
 from persalign.registry import METHODS
-from persalign.rewards.method import MethodSettings
 
 QWEN_VOCAB = 151936
 ARCHITECTURES = {  # the published configs' shapes
@@ -97,7 +96,7 @@ def bench_architecture(arch: str, args, device: torch.device, dtype: torch.dtype
     policy = build(arch, device, dtype, seed=0)
     separate_rm = build(arch, device, dtype, seed=1)
     hidden = policy.model.config.hidden_size
-    head = METHODS.get("global_rm")(hidden, MethodSettings(seed=0)).to(device).eval()
+    head = METHODS.get("global_rm")(hidden, METHODS.get("global_rm").Settings(seed=0)).to(device).eval()
     with torch.no_grad():
         head.head.linear.weight.normal_(0, 0.05)
     prompts = prompts_like_icl(args.prompts, policy.model.config.vocab_size)

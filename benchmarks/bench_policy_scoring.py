@@ -26,7 +26,6 @@ from persalign.models.loading import decoder_stack, load_causal_lm
 from persalign.prompts import PromptFormatter
 from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone
-from persalign.rewards.method import MethodSettings
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 
 
@@ -63,7 +62,7 @@ def main() -> None:
     _, _, pairs = news_query_pairs(n)
     policy = load_causal_lm("smollm2-135m-instruct")
     formatter = PromptFormatter(policy.tokenizer, "headline")
-    method = METHODS.get("global_rm")(policy.model.config.hidden_size, MethodSettings(seed=0)).eval()
+    method = METHODS.get("global_rm")(policy.model.config.hidden_size, METHODS.get("global_rm").Settings(seed=0)).eval()
     with torch.no_grad():
         method.head.linear.weight.normal_(0, 0.05)
     users = [p.user for p in pairs]
