@@ -1,0 +1,132 @@
+"""How far a finished run's generation is from what this machine allows (issue #31, point 1, first part).
+
+The floor of a stage is its counted work divided by the rate this machine reaches on the same kind of
+work, measured here, in the same process, on the same model:
+
+- `matmul`: a 2048² fp32 matrix product (the machine's practical peak);
+- `prefill`: one forward of the policy over a batch of long prompts (compute-bound);
+- `decode`: greedy decode steps of a batch after a prefill (one token per row per forward);
+- `candidates`: ARGS's tree forward of k candidate tokens per row on a cached prefix.
+
+Work per part comes from the run's stored counted work (`counted_work` of every cell: prompt tokens
+prefilled, tokens decoded, candidate tokens scored; FLOPs by `persalign.cost.forward_flops` with the
+mean prompt length as context). Seconds come from the cells' own `generation_s`. Stages whose work is
+not counted in stored runs yet (scoring, features, training, adaptation, the λ choice) are listed with
+their seconds and no floor.
+
+    python benchmarks/bench_floor.py --from-run runs/study-news-full/study_news
+    python benchmarks/bench_floor.py --from-run RUN --quick      # shorter rate measurements
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+from common import emit, machine
+from persalign.cost import ModelShape, forward_flops, shape_of
+
+
+def rate(fn, flops: float, reps: int) -> float:
+    """FLOP/s of `fn` (median of `reps` timed calls after one warm-up)."""
+    fn()
+    seconds = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        seconds.append(time.perf_counter() - start)
+    return flops / statistics.median(seconds)
+
+
+@torch.no_grad()
+def measure_rates(reps: int, batch: int = 16, context: int = 384, k: int = 10, steps: int = 8) -> dict:
+    from persalign.decoders.args_decoding import tree_forward
+    from persalign.models.loading import decoder_stack, load_causal_lm
+
+    lm = load_causal_lm("smollm2-135m-instruct", device="cpu", dtype="float32")
+    shape, model = shape_of(lm.model), lm.model
+    a = torch.randn(2048, 2048)
+    rates = {"matmul": rate(lambda: a @ a, 2 * 2048 ** 3, reps)}
+    ids = torch.randint(100, 40000, (4, context))
+    rates["prefill"] = rate(lambda: model(input_ids=ids, logits_to_keep=1), 4 * forward_flops(shape, context, 0, 1),
+                            reps)
+    prompt = torch.randint(100, 40000, (batch, context))
+    cache = model(input_ids=prompt, use_cache=True).past_key_values
+
+    def decode_steps():
+        step_cache = _copy(cache)
+        for j in range(steps):
+            model(input_ids=prompt[:, :1], past_key_values=step_cache, use_cache=True,
+                  position_ids=torch.full((batch, 1), context + j))
+    work = batch * sum(forward_flops(shape, 1, context + j, 1) for j in range(steps))
+    rates["decode"] = rate(decode_steps, work, reps)
+    stack, mask = decoder_stack(model), torch.ones(batch, context, dtype=torch.long)
+    candidates = torch.randint(100, 40000, (batch, k))
+    body = ModelShape(shape.body_params, 0.0, shape.layers, shape.width)
+    rates["candidates"] = rate(lambda: tree_forward(stack, _copy(cache), mask, torch.full((batch,), context),
+                                                    candidates), batch * k * forward_flops(body, 1, context), reps)
+    return {"shape": shape.as_dict(), "gflop_per_s": {name: value / 1e9 for name, value in rates.items()}}
+
+
+def _copy(cache):
+    import copy
+
+    return copy.deepcopy(cache)
+
+
+def run_work(run_dir: Path) -> dict:
+    """Counted generation work by part (FLOPs) and every stage's measured seconds, summed over cells."""
+    tokens, shape = Counter(), None
+    for path in sorted(run_dir.glob("cells/*/*/*/metrics.json")):
+        metrics = json.loads(path.read_text())
+        work = metrics.get("counted_work") or {}
+        policy = (work.get("models") or {}).get("policy")
+        shape = ModelShape(**policy) if policy and shape is None else shape
+        for key in ("prefill_tokens", "decode_tokens", "candidate_tokens", "reward_tokens", "outputs"):
+            tokens[key] += work.get(key) or 0
+    context = tokens["prefill_tokens"] / max(1, tokens["outputs"])
+    body = ModelShape(shape.body_params, 0.0, shape.layers, shape.width)
+    flops = {"prefill": tokens["outputs"] * forward_flops(shape, round(context), 0, 1),
+             "decode": tokens["decode_tokens"] * forward_flops(shape, 1, round(context), 1),
+             "candidates": tokens["candidate_tokens"] * forward_flops(body, 1, round(context))}
+    return {"tokens": dict(tokens), "mean_prompt_tokens": context, "flops": flops, "seconds": stage_seconds(run_dir)}
+
+
+def stage_seconds(run_dir: Path) -> dict[str, float]:
+    """Seconds per stage as the report's cost table sums them (training and λ choice included)."""
+    from persalign.report.markdown import results_frame, stage_totals
+    from persalign.runner.store import RunStore
+
+    return stage_totals(results_frame(RunStore(run_dir)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--from-run", required=True, help="a finished run directory (RUN_DIR with cells/)")
+    parser.add_argument("--quick", action="store_true", help="1 timed repetition per rate instead of 5")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    measured = measure_rates(1 if args.quick else 5)
+    work = run_work(Path(args.from_run))
+    rates = measured["gflop_per_s"]
+    floor = {part: flops / (rates[part] * 1e9) for part, flops in work["flops"].items()}
+    generation_s = work["seconds"].get("generation", 0.0)
+    print("machine rates (GFLOP/s): " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()))
+    print("generation work (GFLOP): " + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in work["flops"].items()))
+    print("generation floor (s):    " + ", ".join(f"{k} {v:.0f}" for k, v in floor.items())
+          + f"; total {sum(floor.values()):.0f}")
+    print(f"generation measured:     {generation_s:.0f} s = {generation_s / sum(floor.values()):.2f} × floor")
+    print("not counted yet (s):     " + ", ".join(f"{k} {v:.0f}" for k, v in work["seconds"].items()
+                                                  if k != "generation"))
+    emit({"benchmark": "floor", "machine": machine(), "run_dir": args.from_run, **measured, **work,
+          "generation_floor_s": floor, "generation_over_floor": generation_s / sum(floor.values())})
+
+
+if __name__ == "__main__":
+    main()
