@@ -8,11 +8,12 @@ work, measured here, in the same process, on the same model:
 - `decode`: greedy decode steps of a batch after a prefill (one token per row per forward);
 - `candidates`: ARGS's tree forward of k candidate tokens per row on a cached prefix.
 
-Work per part comes from the run's stored counted work (`counted_work` of every cell: prompt tokens
-prefilled, tokens decoded, candidate tokens scored; FLOPs by `persalign.cost.forward_flops` with the
-mean prompt length as context). Seconds come from the cells' own `generation_s`. Stages whose work is
-not counted in stored runs yet (scoring, features, training, adaptation, the λ choice) are listed with
-their seconds and no floor.
+Generation's work per part comes from the run's stored counted work (`counted_work` of every cell:
+prompt tokens prefilled, tokens decoded, candidate tokens scored; FLOPs by `persalign.cost.forward_flops`
+with the mean prompt length as context). Every other stage's work is what the run metered
+(`persalign.work_meter`: `stage_flops` of each cell, `features_flops` / `training_flops` of each trained
+model, `lambda_flops` of each λ choice; runs from before the meter have none and get no floor); its floor
+is that work at the prefill rate, the fastest this machine runs the model (an optimistic floor).
 
     python benchmarks/bench_floor.py --from-run runs/study-news-full/study_news
     python benchmarks/bench_floor.py --from-run RUN --quick      # shorter rate measurements
@@ -98,6 +99,21 @@ def run_work(run_dir: Path) -> dict:
     return {"tokens": dict(tokens), "mean_prompt_tokens": context, "flops": flops, "seconds": stage_seconds(run_dir)}
 
 
+def metered_flops(run_dir: Path) -> dict[str, float]:
+    """FLOPs the run metered per stage (names as the report's cost table); empty for runs without a meter."""
+    totals: Counter = Counter()
+    for path in sorted(run_dir.glob("cells/*/*/*/metrics.json")):
+        metrics = json.loads(path.read_text())
+        for key, value in (metrics.get("stage_flops") or {}).items():
+            totals[key.removesuffix("_flops")] += value
+        settings = metrics.get("settings") or {}
+        training = settings.get("training") or {}
+        totals["features"] += training.get("features_flops") or 0.0
+        totals["training"] += training.get("training_flops") or 0.0
+        totals["λ choice"] += settings.get("lambda_flops") or 0.0
+    return {k: v for k, v in totals.items() if v}
+
+
 def stage_seconds(run_dir: Path) -> dict[str, float]:
     """Seconds per stage as the report's cost table sums them (training and λ choice included)."""
     from persalign.report.markdown import results_frame, stage_totals
@@ -122,10 +138,19 @@ def main() -> None:
     print("generation floor (s):    " + ", ".join(f"{k} {v:.0f}" for k, v in floor.items())
           + f"; total {sum(floor.values()):.0f}")
     print(f"generation measured:     {generation_s:.0f} s = {generation_s / sum(floor.values()):.2f} × floor")
-    print("not counted yet (s):     " + ", ".join(f"{k} {v:.0f}" for k, v in work["seconds"].items()
-                                                  if k != "generation"))
+    metered = metered_flops(Path(args.from_run))
+    stages = {}
+    for name, seconds in work["seconds"].items():
+        if name == "generation":
+            continue
+        stage_floor = metered.get(name, 0.0) / (rates["prefill"] * 1e9) if name in metered else None
+        stages[name] = {"seconds": seconds, "metered_gflop": metered.get(name, 0.0) / 1e9, "floor_s": stage_floor,
+                        "over_floor": seconds / stage_floor if stage_floor else None}
+        ratio = f"{seconds / stage_floor:.1f} × floor ({stage_floor:.1f} s)" if stage_floor else "not metered"
+        print(f"{name:<24} {seconds:8.0f} s  {ratio}")
     emit({"benchmark": "floor", "machine": machine(), "run_dir": args.from_run, **measured, **work,
-          "generation_floor_s": floor, "generation_over_floor": generation_s / sum(floor.values())})
+          "generation_floor_s": floor, "generation_over_floor": generation_s / sum(floor.values()),
+          "stages": stages})
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ LAYERS = [
     {"files", "registry", "records"},
     {"config", "config_checks", "batching", "prompts"},
     {"models", "scoring", "decoding", "model_checks", "metrics", "data"},
-    {"rewards", "cost"},
+    {"rewards", "cost", "work_meter"},
     {"decoders"},
     {"runner"},
     {"analysis"},

@@ -57,11 +57,12 @@ def _cli(argv, cache: Path) -> int:
 
 
 def results(run: Path) -> dict:
-    """Every cell's numbers, less what the clock measured (seconds differ between any two runs)."""
+    """Every cell's numbers, less what the clock and the work meter measured (seconds differ between any two
+    runs; metered FLOPs depend on what the process had already computed and memoised, as a resume does)."""
     def untimed(value):
         if isinstance(value, dict):
-            return {k: untimed(v) for k, v in value.items()
-                    if not k.endswith("_s") and k not in ("stage_seconds", "peak_memory_mib")}
+            return {k: untimed(v) for k, v in value.items() if not k.endswith(("_s", "_flops"))
+                    and k not in ("stage_seconds", "stage_flops", "peak_memory_mib")}
         return value
     return {str(p.relative_to(run)): untimed(json.loads(p.read_text())) for p in sorted(run.glob("cells/*/*/*/metrics.json"))}
 

@@ -30,7 +30,8 @@ def all_rows(store):
 
 
 def metrics_without_timing(store):
-    return [{k: v for k, v in m.items() if k not in ("stage_seconds", "peak_memory_mib")} for m in store.all_metrics()]
+    return [{k: v for k, v in m.items() if k not in ("stage_seconds", "stage_flops", "peak_memory_mib")}
+            for m in store.all_metrics()]
 
 
 def test_end_to_end_run_writes_rows_metrics_provenance_and_report(tmp_path, cache_dir):

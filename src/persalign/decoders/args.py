@@ -54,9 +54,10 @@ class ArgsDeployment(TrainedDeployment):
                 return
             except DamagedFileError as error:
                 set_aside(path, error.problem, "λ is chosen again")
-        started = time.perf_counter()
-        self.choice = choose_lambda(self.ctx, self.trained)
-        self.choice["seconds"] = time.perf_counter() - started
+        started, work = time.perf_counter(), {}
+        with self.ctx.policy.meter.measure(work, "flops"):  # the λ choice's decodes and scoring, metered
+            self.choice = choose_lambda(self.ctx, self.trained)
+        self.choice.update(seconds=time.perf_counter() - started, flops=work["flops"])
         write_atomic(path, json.dumps(self.choice, indent=2))
 
     @property
@@ -111,6 +112,7 @@ class ArgsDeployment(TrainedDeployment):
 
     def settings(self) -> dict:
         return {"lambda": self.lam, "lambda_rule": self.choice["rule"], "lambda_s": self.choice.get("seconds", 0.0),
+                "lambda_flops": self.choice.get("flops"),
                 "top_k": self.args.top_k, **self.training_settings()}
 
     def summary_line(self, metrics: dict) -> str:

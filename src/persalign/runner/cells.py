@@ -92,7 +92,9 @@ def policy_context(run_ctx: RunContext, lm) -> PolicyContext:
     draws = fixed_groups(run_ctx.examples, config.generation.batch_size)  # not the cells' batches
     samples = SampleStore(run_ctx.store.root, lm, formatter, run_ctx.metrics, config.best_of_n,
                           config.generation.max_new_tokens, draws)
-    return PolicyContext(run_ctx, lm, formatter, samples)
+    policy = PolicyContext(run_ctx, lm, formatter, samples)
+    policy.meter.watch(lm.model)
+    return policy
 
 
 def trained_providers(config: RunConfig, store: RunStore) -> dict:

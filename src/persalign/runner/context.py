@@ -22,6 +22,7 @@ from persalign.decoders.base import EvalContext, properties_of
 from persalign.decoding import generate_texts
 from persalign.runner.plan import PlannedCell
 from persalign.runner.store import Cell, RunStore
+from persalign.work_meter import WorkMeter
 
 
 @dataclass
@@ -55,6 +56,7 @@ class PolicyContext:
     trained: dict = field(default_factory=dict)  # (method label, seed) -> trained component
     decoded: dict = field(default_factory=dict)  # the λ choice's ARGS batches at λ = 0 (greedy), per scorer kind
     prefills: dict = field(default_factory=dict)  # the λ choice's validation batches prefilled once (RewardGuide)
+    meter: WorkMeter = field(default_factory=WorkMeter)  # FLOPs of every forward of this policy's models
     _zero_shot: dict | None = None
     _shape: object = None
 

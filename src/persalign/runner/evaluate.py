@@ -55,22 +55,26 @@ def query_examples(dataset, split) -> list[Example]:
 
 
 @contextmanager
-def timed(timings: dict, key: str):
-    start = time.perf_counter()
+def timed(timings: dict, key: str, meter=None):
+    """Seconds of the block in timings[key]; with a WorkMeter, its metered FLOPs in timings[STAGE_flops]."""
+    start, before = time.perf_counter(), meter.flops if meter is not None else 0.0
     yield
     timings[key] = time.perf_counter() - start
+    if meter is not None:
+        timings[key.removesuffix("_s") + "_flops"] = meter.flops - before
 
 
-def evaluate_batch(deployment, generate: bool, batch: list[Example], index: int):
-    """One batch of any deployment: (rows, stage timings). Generations are scored when the cell ends."""
+def evaluate_batch(deployment, generate: bool, batch: list[Example], index: int, meter=None):
+    """One batch of any deployment: (rows, stage seconds and metered FLOPs). Generations are scored when the
+    cell ends."""
     timings = {"batch": index}
     with timed(timings, "prompts_s"):
         prepared = deployment.prepare(batch)
     generated = None
-    with timed(timings, "generation_s"):
+    with timed(timings, "generation_s", meter):
         if generate or deployment.always_generates:
             generated = deployment.generate(prepared)
-    with timed(timings, "scoring_s"):
+    with timed(timings, "scoring_s", meter):
         pairs = deployment.score_pairs(prepared, generated if generate else None)
     known = generated.scores if generate and generated else None  # Best-of-N's stored sample scores
     return _rows(prepared, index, generated, pairs, known or [{} for _ in batch]), timings
@@ -152,7 +156,7 @@ def run_cell(deployment, ctx) -> dict:
     for index, batch in enumerate(tqdm(batches, desc=label, unit="batch", initial=0, leave=False)):
         if index in done:
             continue
-        rows, timings = evaluate_batch(deployment, run.generates, batch, index)
+        rows, timings = evaluate_batch(deployment, run.generates, batch, index, ctx.policy.meter)
         run.store.append(cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
         run.store.append(cell, "timings.jsonl", [timings])
     rows, timings = score_finished_cell(run, in_example_order(run.store.read_rows(cell), run.examples))
@@ -202,6 +206,8 @@ def cell_metrics(deployment, ctx, rows: list[dict]) -> dict:
         "seed_dependent": properties.seed_dependent, "deployment": {"name": planned.decoder, **properties.as_dict()},
         **summarize(rows, columns),
         "stage_seconds": {key: float(np.sum([t.get(key, 0.0) for t in timings])) for key in stage_keys},
+        "stage_flops": {key: float(np.sum([t.get(key, 0.0) for t in timings]))
+                        for key in sorted({k for t in timings for k in t if k.endswith("_flops")})},
         "counted_work": counted_work(rows, ctx),
         "peak_memory_mib": peak_memory_mib(),
         "settings": {"decoder_name": planned.decoder, "decoder_index": planned.decoder_index,

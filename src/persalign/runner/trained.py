@@ -118,6 +118,8 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
     """The cell's reward model: loaded if saved, else fitted and adapted (then saved)."""
     run, planned = ctx.run, ctx.planned
     backbone, formatter = backbones.get(ctx.policy.lm, planned.method_label, ctx.seed, run.dataset.task)
+    meter, work = ctx.policy.meter, {}
+    meter.watch(backbone.lm.model)
     where = model_dir(run.store, planned.method_label, ctx.seed)
     method_cls = METHODS.get(planned.method.name)
     saved = _load_saved(method_cls, where)
@@ -128,10 +130,12 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
         method = method_cls(backbone.hidden_size, settings)
         train, val, support = training_pairs(run, formatter)
         start = time.perf_counter()
-        precompute_features(method, backbone, train, val)
+        with meter.measure(work, "features_flops"):
+            precompute_features(method, backbone, train, val)
         features_s = time.perf_counter() - start
-        fit_log, timing = fit_and_adapt(method, backbone, train, val, support)
-        info = {"features_s": features_s, "init": getattr(method, "init_note", None), **timing}
+        with meter.measure(work, "training_flops"):  # fit and adaptation, with the support features
+            fit_log, timing = fit_and_adapt(method, backbone, train, val, support)
+        info = {"features_s": features_s, "init": getattr(method, "init_note", None), **timing, **work}
         if backbone.trainable:  # the adapter before head.json, which marks the model complete
             save_adapter(backbone.lm, where / "adapter")
             backbone.trainable = False
@@ -180,13 +184,17 @@ def trained_policy_method(ctx) -> TrainedPolicyMethod:
     method_cls = METHODS.get(planned.method.name)
     saved = _load_saved(method_cls, where)
     lm = _policy_model(run.config, ctx.policy.lm, where)
+    ctx.policy.meter.watch(lm.model)
     if saved is not None:
         return TrainedPolicyMethod(saved[0], lm, saved[1])
     settings = resolve_settings(method_cls, planned.method, run.config.reward, ctx.seed)
     method = method_cls(lm.model.config.hidden_size, settings)
     train, val, support = training_pairs(run, ctx.policy.formatter)
     val = val.subset(list(range(0, len(val), max(1, len(val) // VALIDATION_PAIRS)))[:VALIDATION_PAIRS])
-    fit_log, info = fit_and_adapt(method, lm, train, val, support)
+    work: dict = {}
+    with ctx.policy.meter.measure(work, "training_flops"):
+        fit_log, info = fit_and_adapt(method, lm, train, val, support)
+    info.update(work)
     if run.config.reward.mode == "lora":  # the adapter before head.json, which marks the model complete
         save_adapter(lm, where / "adapter")
     _save(method, info, where)
