@@ -97,3 +97,16 @@ def test_a_classifier_with_several_labels_or_no_model_is_refused(tmp_path, capsy
         code = cli.main(["run", "demo-baselines", "-o", str(tmp_path / "run"), f"methods=[{method}]"] + TINY)
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_in_lora_mode_it_neither_builds_nor_saves_a_lora_backbone(classifier_dir, tmp_path):
+    """A pretrained RM trains nothing: reward.mode=lora must not copy the policy into a LoRA backbone for it."""
+    from persalign.config import load_config
+    from persalign.runner.run import run
+
+    overrides = [f"methods=[{{name: hf_rm, model: '{classifier_dir}'}}]", "decoders=[{name: zero_shot}]",
+                 "seeds=[0]", "args.selection=fixed", "args.top_k=4", "reward.mode=lora"] + \
+        [a for a in TINY if not a.startswith("seeds")]
+    store = run(load_config("demo-baselines", overrides), tmp_path / "run", log=lambda *_: None)
+    assert {m["decoder"] for m in store.all_metrics()} == {"Zero-Shot", "HF RM"}
+    assert not list((tmp_path / "run" / "models").glob("*/seed-0/adapter"))

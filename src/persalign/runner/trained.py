@@ -91,11 +91,13 @@ class RewardBackbones:
         if config.reward.mode not in ("frozen", "lora"):
             raise ConfigError(f"reward.mode must be frozen or lora, got {config.reward.mode!r}")
 
-    def get(self, policy_lm, method_label: str, seed: int, task) -> tuple[RewardBackbone, PromptFormatter]:
+    def get(self, policy_lm, method_label: str, seed: int, task,
+            frozen: bool = False) -> tuple[RewardBackbone, PromptFormatter]:
+        """`frozen`: the frozen backbone whatever reward.mode says (a pretrained RM trains nothing on it)."""
         cfg = self.config
         name = cfg.reward.backbone or cfg.policies[0]
         slug = re.sub(r"[^\w.-]+", "_", name)
-        if cfg.reward.mode == "frozen":
+        if cfg.reward.mode == "frozen" or frozen:
             if name not in self._frozen:
                 lm = policy_lm if name == policy_lm.name else load_causal_lm(name, cfg.device, cfg.dtype, cfg.cache_dir)
                 key = f"{slug}-{weights_fingerprint(lm.model)}"  # token ids in the keys fix the prompt format
@@ -117,11 +119,12 @@ class RewardBackbones:
 def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
     """The cell's reward model: loaded if saved, else fitted and adapted (then saved)."""
     run, planned = ctx.run, ctx.planned
-    backbone, formatter = backbones.get(ctx.policy.lm, planned.method_label, ctx.seed, run.dataset.task)
+    method_cls = METHODS.get(planned.method.name)
+    backbone, formatter = backbones.get(ctx.policy.lm, planned.method_label, ctx.seed, run.dataset.task,
+                                        frozen=getattr(method_cls, "pretrained", False))
     meter, work = ctx.policy.meter, {}
     meter.watch(backbone.lm.model)
     where = model_dir(run.store, planned.method_label, ctx.seed)
-    method_cls = METHODS.get(planned.method.name)
     saved = _load_saved(method_cls, where)
     if saved is not None:
         trained = TrainedReward(saved[0], backbone, saved[1])
