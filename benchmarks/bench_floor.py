@@ -122,14 +122,11 @@ def stage_seconds(run_dir: Path) -> dict[str, float]:
     return stage_totals(results_frame(RunStore(run_dir)))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--from-run", required=True, help="a finished run directory (RUN_DIR with cells/)")
-    parser.add_argument("--quick", action="store_true", help="1 timed repetition per rate instead of 5")
-    args = parser.parse_args()
+def floor_report(run_dir: Path, reps: int = 5) -> dict:
+    """Measure this machine's rates, then print and return seconds ÷ floor per stage of `run_dir`."""
     torch.manual_seed(0)
-    measured = measure_rates(1 if args.quick else 5)
-    work = run_work(Path(args.from_run))
+    measured = measure_rates(reps)
+    work = run_work(run_dir)
     rates = measured["gflop_per_s"]
     floor = {part: flops / (rates[part] * 1e9) for part, flops in work["flops"].items()}
     generation_s = work["seconds"].get("generation", 0.0)
@@ -138,19 +135,35 @@ def main() -> None:
     print("generation floor (s):    " + ", ".join(f"{k} {v:.0f}" for k, v in floor.items())
           + f"; total {sum(floor.values()):.0f}")
     print(f"generation measured:     {generation_s:.0f} s = {generation_s / sum(floor.values()):.2f} × floor")
-    metered = metered_flops(Path(args.from_run))
+    stages = other_stages(work["seconds"], metered_flops(run_dir), rates["prefill"])
+    floored = generation_s + sum(s["seconds"] for s in stages.values() if s["floor_s"])
+    whole = floored / (sum(floor.values()) + sum(s["floor_s"] or 0 for s in stages.values()))
+    print(f"stages with a floor:     {floored:.0f} s of {sum(work['seconds'].values()):.0f} s = {whole:.2f} × floor")
+    return {**measured, **work, "generation_floor_s": floor, "generation_over_floor": generation_s / sum(floor.values()),
+            "stages": stages, "whole_over_floor": whole}
+
+
+def other_stages(seconds: dict, metered: dict, prefill_rate: float) -> dict:
+    """Every stage but generation: its seconds, metered work and ÷ floor (None where nothing was metered)."""
     stages = {}
-    for name, seconds in work["seconds"].items():
+    for name, spent in seconds.items():
         if name == "generation":
             continue
-        stage_floor = metered.get(name, 0.0) / (rates["prefill"] * 1e9) if name in metered else None
-        stages[name] = {"seconds": seconds, "metered_gflop": metered.get(name, 0.0) / 1e9, "floor_s": stage_floor,
-                        "over_floor": seconds / stage_floor if stage_floor else None}
-        ratio = f"{seconds / stage_floor:.1f} × floor ({stage_floor:.1f} s)" if stage_floor else "not metered"
-        print(f"{name:<24} {seconds:8.0f} s  {ratio}")
-    emit({"benchmark": "floor", "machine": machine(), "run_dir": args.from_run, **measured, **work,
-          "generation_floor_s": floor, "generation_over_floor": generation_s / sum(floor.values()),
-          "stages": stages})
+        floor = metered[name] / (prefill_rate * 1e9) if metered.get(name) else None
+        stages[name] = {"seconds": spent, "metered_gflop": metered.get(name, 0.0) / 1e9, "floor_s": floor,
+                        "over_floor": spent / floor if floor else None}
+        print(f"{name:<24} {spent:8.0f} s  " + (f"{spent / floor:.1f} × floor ({floor:.1f} s)" if floor
+                                                 else "not metered"))
+    return stages
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--from-run", required=True, help="a finished run directory (RUN_DIR with cells/)")
+    parser.add_argument("--quick", action="store_true", help="1 timed repetition per rate instead of 5")
+    args = parser.parse_args()
+    report = floor_report(Path(args.from_run), 1 if args.quick else 5)
+    emit({"benchmark": "floor", "machine": machine(), "run_dir": args.from_run, **report})
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ the highest per-cell peak. `--from-run DIR` only reads a finished run.
     python benchmarks/bench_study.py configs/study_news.yaml              # the issue #6 figure (~2 h on 2 cores)
     python benchmarks/bench_study.py configs/study_news.yaml --quick
     python benchmarks/bench_study.py --from-run runs/study-study_news/study_news
+
+After the run, the time of every stage is set against what this machine allows for the work the
+run did (`bench_floor.py`: seconds ÷ floor per stage and for the whole run; `--no-floor` skips it).
 """
 
 from __future__ import annotations
@@ -57,6 +60,17 @@ def run_study(config: str, quick: bool, overrides: list[str], output: Path, cold
             "wall_min": round(wall / 60, 2), "peak_memory_gib": round(peak_kib / 2**20, 2)}
 
 
+def floor_figures(run_dir: Path, skip: bool) -> dict:
+    """Seconds ÷ what this machine allows, per stage (benchmarks/bench_floor.py), printed and returned."""
+    if skip:
+        return {}
+    from bench_floor import floor_report
+
+    report = floor_report(run_dir)
+    return {"floor": {"generation_over_floor": report["generation_over_floor"], "stages": report["stages"],
+                      "whole_over_floor": report["whole_over_floor"], "gflop_per_s": report["gflop_per_s"]}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", nargs="?", help="the study config (YAML file or built-in name)")
@@ -65,9 +79,10 @@ def main() -> None:
     parser.add_argument("-o", "--output", help="study directory (default: a fresh temporary one)")
     parser.add_argument("--warm", action="store_true", help="keep the usual cache instead of an empty one")
     parser.add_argument("--from-run", type=Path, help="only read this finished run directory")
+    parser.add_argument("--no-floor", action="store_true", help="skip seconds ÷ floor per stage (bench_floor.py)")
     args = parser.parse_intermixed_args()  # overrides may follow --quick
     if args.from_run:
-        emit({"machine": machine(), **run_figures(args.from_run)})
+        emit({"machine": machine(), **run_figures(args.from_run), **floor_figures(args.from_run, args.no_floor)})
         return
     if not args.config:
         parser.error("give a study config, or --from-run DIR")
@@ -75,7 +90,7 @@ def main() -> None:
         output = Path(args.output or scratch)
         measured = run_study(args.config, args.quick, args.overrides, output, cold=not args.warm)
         (run_dir,) = [p.parent for p in output.glob("*/config.yaml")] or [output]
-        emit({"machine": machine(), **measured, **run_figures(run_dir)})
+        emit({"machine": machine(), **measured, **run_figures(run_dir), **floor_figures(run_dir, args.no_floor)})
 
 
 if __name__ == "__main__":
