@@ -58,3 +58,8 @@ def test_the_example_plugin_is_installed_by_the_test_setup():
     """make install puts examples/plugin into the environment, so the conformance suite (which runs every
     registered method) and examples/plugin/tests run it with persalign's own."""
     assert "user_offset" in METHODS.names()
+
+
+def test_data_summary_refuses_a_method_setting_the_run_would_refuse(capsys):
+    line = cli_error(capsys, ["data", "summary", "demo-baselines", "methods=[{name: pal, prototype: 3}]"] + TINY)
+    assert "methods[0]: unknown setting(s) ['prototype']" in line and "prototypes" in line

@@ -105,7 +105,10 @@ def _cmd_data_summary(args) -> None:
     from persalign.config import load_config
     from persalign.data.summary import summarize_data
 
+    from persalign.runner.plan import check_methods
+
     config = load_config(args.config, args.overrides)
+    check_methods(config)  # a method or setting the run would refuse is said now, not after the data is read
     print(summarize_data(config))
 
 
