@@ -22,6 +22,7 @@ is that work at the prefill rate, the fastest this machine runs the model (an op
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -61,7 +62,7 @@ def measure_rates(reps: int, batch: int = 16, context: int = 384, k: int = 10, s
     cache = model(input_ids=prompt, use_cache=True).past_key_values
 
     def decode_steps():
-        step_cache = _copy(cache)
+        step_cache = copy.deepcopy(cache)
         for j in range(steps):
             model(input_ids=prompt[:, :1], past_key_values=step_cache, use_cache=True,
                   position_ids=torch.full((batch, 1), context + j))
@@ -70,15 +71,9 @@ def measure_rates(reps: int, batch: int = 16, context: int = 384, k: int = 10, s
     stack, mask = decoder_stack(model), torch.ones(batch, context, dtype=torch.long)
     candidates = torch.randint(100, 40000, (batch, k))
     body = ModelShape(shape.body_params, 0.0, shape.layers, shape.width)
-    rates["candidates"] = rate(lambda: tree_forward(stack, _copy(cache), mask, torch.full((batch,), context),
+    rates["candidates"] = rate(lambda: tree_forward(stack, copy.deepcopy(cache), mask, torch.full((batch,), context),
                                                     candidates), batch * k * forward_flops(body, 1, context), reps)
     return {"shape": shape.as_dict(), "gflop_per_s": {name: value / 1e9 for name, value in rates.items()}}
-
-
-def _copy(cache):
-    import copy
-
-    return copy.deepcopy(cache)
 
 
 def run_work(run_dir: Path) -> dict:

@@ -238,12 +238,20 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
     return cls(**kwargs)
 
 
-def to_dict(config: Any) -> dict[str, Any]:
-    """The config as plain data, each method's settings beside its name (the shape a config file has)."""
-    data = dataclasses.asdict(config)
-    for method in data.get("methods", []) if isinstance(config, RunConfig) else []:
-        method.update(method.pop("settings"))
-    return data
+def to_dict(config: Any) -> Any:
+    """The config as plain data in the shape a config file has: an open part (a method's settings,
+    `extra_keys_into`) sits beside the named keys again, as `from_dict` reads it."""
+    if dataclasses.is_dataclass(config):
+        data = {f.name: to_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}
+        into = getattr(type(config), "extra_keys_into", None)
+        if into is not None:
+            data.update(data.pop(into))
+        return data
+    if isinstance(config, (list, tuple)):
+        return [to_dict(value) for value in config]
+    if isinstance(config, dict):
+        return {key: to_dict(value) for key, value in config.items()}
+    return config
 
 
 def apply_override(data: dict[str, Any], override: str) -> None:

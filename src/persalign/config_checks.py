@@ -51,6 +51,20 @@ def _finite_at_least(low) -> tuple[Callable[[Any], bool], str]:
     return (lambda v: v is not None and low <= v < math.inf), f"a finite number >= {low}"
 
 
+def is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# Rules that check the type too, for values no dataclass annotation types (a method's settings mapping).
+POSITIVE = ((lambda v: is_number(v) and 0 < v < math.inf), "a finite number > 0")
+NON_NEGATIVE = ((lambda v: is_number(v) and 0 <= v < math.inf), "a finite number >= 0")
+COUNT = ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1), "an integer >= 1")
+OPTIONAL_COUNT = ((lambda v: v is None or COUNT[0](v)), "empty (null) or an integer >= 1")
+OPTIONAL_POSITIVE = ((lambda v: v is None or POSITIVE[0](v)), "empty (null) or a finite number > 0")
+FRACTION = ((lambda v: is_number(v) and 0 <= v <= 1), "a number in [0, 1]")
+TEXT = ((lambda v: isinstance(v, str) and bool(v.strip())), "non-empty text")
+
+
 def _seed(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
@@ -100,7 +114,7 @@ def _get(config, dotted: str):
     return config
 
 
-def _check(value, rule, key: str, where: str) -> None:
+def check_value(value, rule, key: str, where: str) -> None:
     ok, allowed = rule
     try:
         good = ok(value)
@@ -125,7 +139,7 @@ def validate(config, where: str = "config") -> None:
     """Raise ConfigError on the first value outside its allowed range."""
     check_task(config.data.task, where)
     for key, rule in RULES.items():
-        _check(_get(config, key), rule, key, where)
+        check_value(_get(config, key), rule, key, where)
     for i, decoder in enumerate(config.decoders):
         for key, rule in DECODER_RULES.items():
-            _check(getattr(decoder, key), rule, f"decoders[{i}].{key}", where)
+            check_value(getattr(decoder, key), rule, f"decoders[{i}].{key}", where)

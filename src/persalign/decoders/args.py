@@ -24,7 +24,7 @@ from persalign.decoding import clean_generation
 from persalign.files import DamagedFileError, fields, read_json, set_aside, write_atomic
 from persalign.metrics.ranking import pair_outcome
 from persalign.registry import register_decoder
-from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd, sequence_rewards
+from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd, whole_response_rewards
 
 
 def plain_prompts(formatter, examples: list) -> PreparedBatch:
@@ -103,8 +103,8 @@ class ArgsDeployment(TrainedDeployment):
         zero_shot = [zero_shot_outputs[ex.id] for ex in batch.examples]
         texts = [self.formatter.response_ids(t) for t in generated.texts + zero_shot]
         n = len(batch.examples)
-        scores = sequence_rewards(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2,
-                                  texts)
+        scores = whole_response_rewards(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2,
+                                        texts)
         for i in range(n):
             win = pair_outcome(scores[i], scores[n + i])
             columns[i].update({"zero_shot_generation": zero_shot[i], "rm_generation": float(scores[i]),

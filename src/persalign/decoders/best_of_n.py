@@ -22,7 +22,7 @@ from persalign.decoders.base import (
 from persalign.decoders.best_of_n_samples import nested_best
 from persalign.metrics.ranking import user_macro_mean
 from persalign.registry import register_decoder
-from persalign.rewards.policy_scoring import sequence_rewards
+from persalign.rewards.policy_scoring import whole_response_rewards
 
 
 @register_decoder("best_of_n")
@@ -55,7 +55,7 @@ class BestOfN(TrainedDeployment):
         flat_users = [u for u in batch.users for _ in range(n)]
         flat_prompts = [p for p in batch.prompts for _ in range(n)]
         flat = [self.samples.formatter.response_ids(t) for r in records for t in r["samples"]]
-        rewards = sequence_rewards(self.trained.method, self.trained.backbone, flat_users, flat_prompts, flat)
+        rewards = whole_response_rewards(self.trained.method, self.trained.backbone, flat_users, flat_prompts, flat)
         rewards = rewards.reshape(len(records), n)
         picks = nested_best(rewards.tolist(), self.ns)
         texts, scores, columns = [], [], []
@@ -77,8 +77,8 @@ class BestOfN(TrainedDeployment):
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         formatter, n = self.samples.formatter, len(batch.examples)
         chosen, rejected = pair_responses(formatter, batch.examples)
-        seq = sequence_rewards(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2,
-                               chosen + rejected)
+        seq = whole_response_rewards(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2,
+                                     chosen + rejected)
         return PairScores(reward=(seq[:n], seq[n:]))
 
     def settings(self) -> dict:

@@ -13,8 +13,8 @@ import pandas as pd
 
 from persalign.analysis.study import analyse
 from persalign.decoders.base import properties_of
-from persalign.report.study_sections import study_sections
 from persalign.report.results import write_results
+from persalign.report.study_sections import study_sections
 from persalign.report.verdict import verdict_section
 from persalign.runner.store import RunStore
 
@@ -206,5 +206,5 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
         parts += ["", "## Damaged cells (not in any table above)", ""] + [f"- {p}" for p in problems]
     text = "\n".join(parts) + "\n"
     (Path(run_dir) / "report.md").write_text(text)
-    write_results(run_dir)
+    write_results(run_dir, analyses)
     return text

@@ -10,80 +10,65 @@ JSON, or one CSV row per cell for pandas:
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 
-from persalign.analysis.bootstrap import metric_ci
-from persalign.analysis.study import load_results
+from persalign.analysis.study import analyse
 from persalign.files import read_json, write_atomic
 from persalign.runner.store import RunStore
 
 SCHEMA = "persalign.results"
 SCHEMA_VERSION = 1
-CI_BOOTSTRAPS, CI_SEED = 1000, 0
 CELL_KEYS = ("policy", "decoder", "seed", "examples")  # first CSV columns; then metrics, then counted work
 
 
-def _summaries(run_dir: str | Path) -> list[dict]:
-    """Per policy × deployment: every metric's mean over users (seeds averaged first) with a 95 % bootstrap CI."""
+def _summaries(analyses: list) -> list[dict]:
+    """Per policy × deployment: every metric's mean over users (seeds averaged first) with the 95 % bootstrap
+    CI the reports show (analysis.study's `cis`, not computed a second time)."""
     out = []
-    for policy, methods in load_results(run_dir).items():
-        for result in methods:
-            metrics = {metric: {**metric_ci(means, CI_BOOTSTRAPS, CI_SEED), "users": len(means)}
-                       for metric, means in sorted(result.user_means.items()) if means}
-            out.append({"policy": policy, "deployment": result.label, "seeds": result.seeds,
+    for analysis in analyses:
+        for result in analysis.methods:
+            cis = analysis.cis.get(result.label, {})
+            metrics = {metric: {**cis[metric], "users": len(result.user_means[metric])} for metric in sorted(cis)}
+            out.append({"policy": analysis.policy, "deployment": result.label, "seeds": result.seeds,
                         "properties": result.properties, "metrics": metrics})
     return out
 
 
-def build_results(run_dir: str | Path) -> dict:
-    """The whole document: run (config, provenance), deployments (means with CIs), cells (as stored)."""
+def build_results(run_dir: str | Path, analyses: list | None = None) -> dict:
+    """The whole document: run (config, provenance), deployments (means with CIs), cells (as stored).
+    `analyses` (analysis.study.analyse) when the caller already has them."""
     store = RunStore(run_dir)
     store.check_is_run()
     cells = store.all_metrics()
     provenance = store.root / "provenance.json"
+    if cells and analyses is None:
+        analyses = analyse(run_dir)
     return {
         "schema": SCHEMA, "schema_version": SCHEMA_VERSION,
         "run": {"directory": str(store.root), "config": store.config(),
                 "provenance": read_json(provenance) if provenance.exists() else None},
-        "deployments": _summaries(run_dir) if cells else [],
+        "deployments": _summaries(analyses) if cells else [],
         "cells": cells,
         "damaged_cells": list(getattr(store, "problems", [])),
     }
 
 
-def write_results(run_dir: str | Path, results: dict | None = None) -> Path:
+def write_results(run_dir: str | Path, analyses: list | None = None) -> Path:
     path = Path(run_dir) / "results.json"
-    write_atomic(path, json.dumps(build_results(run_dir) if results is None else results, indent=1, default=str))
+    write_atomic(path, json.dumps(build_results(run_dir, analyses), indent=1, default=str))
     return path
 
 
-def _flat(prefix: str, value, row: dict) -> None:
-    if isinstance(value, dict):
-        for key, inner in value.items():
-            _flat(f"{prefix}.{key}" if prefix else key, inner, row)
-    elif not isinstance(value, list):
-        row[prefix] = value
-
-
 def cells_csv(results: dict) -> str:
-    """One row per cell: its keys, every metric, and the counted work and stage seconds as dotted columns."""
-    rows = []
-    for cell in results["cells"]:
-        row = {k: cell.get(k) for k in CELL_KEYS}
-        for key, value in cell.items():
-            if key in CELL_KEYS or key == "settings":
-                continue
-            _flat(key, value, row)
-        rows.append(row)
-    columns = list(dict.fromkeys(c for row in rows for c in row))
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buffer.getvalue()
+    """One row per cell: its keys, every metric, and the counted work and stage seconds as dotted columns
+    (pandas.json_normalize; `settings`, nested and list-valued, stays in the JSON)."""
+    import pandas as pd
+
+    frame = pd.json_normalize([{k: v for k, v in cell.items() if k != "settings"} for cell in results["cells"]])
+    frame = frame[[c for c in CELL_KEYS if c in frame] + [c for c in frame.columns if c not in CELL_KEYS]]
+    lists = [c for c in frame.columns if frame[c].map(lambda v: isinstance(v, list)).any()]
+    return frame.drop(columns=lists).to_csv(index=False, lineterminator="\n")
 
 
 def export(run_dir: str | Path, fmt: str) -> str:

@@ -65,7 +65,7 @@ class HFRewardModel(nn.Module):
             raise ConfigError("hf_rm needs `model:` (a hub id or a folder of a sequence-classification model)")
         self.settings, self.users = settings, {GENERIC_USER: 0}
         self.classifier, self.tokenizer = load_classifier(settings.model)
-        self.memo: dict[tuple[str, str], float] = {}
+        self.memo: dict[tuple[str, str], tuple[float, int]] = {}  # text -> (reward, RM tokens read)
         self.policy_tokenizer = None
 
     @classmethod
@@ -88,21 +88,16 @@ class HFRewardModel(nn.Module):
             return {"text": text, "add_special_tokens": False}
         return {"text": prompt, "text_pair": response}
 
-    def input_lengths(self, pairs: list[tuple[str, str]]) -> list[int]:
-        """RM tokens each (prompt, response) text is read as (for counted costs)."""
-        return [len(self.tokenizer(**self.rm_input(p, r), truncation=True, max_length=self.settings.max_length)
-                    ["input_ids"]) for p, r in pairs]
-
     @torch.no_grad()
     def score_texts(self, pairs: list[tuple[str, str]]) -> torch.Tensor:
-        """The classifier's reward of each (prompt, response) text, memoised."""
+        """The classifier's reward of each (prompt, response) text, memoised with the RM tokens it read."""
         todo = list(dict.fromkeys(p for p in pairs if p not in self.memo))
         for start in range(0, len(todo), self.settings.batch_size):
             self.memo.update(zip(todo[start : start + self.settings.batch_size],
                                  self._forward(todo[start : start + self.settings.batch_size])))
-        return torch.tensor([self.memo[p] for p in pairs], dtype=torch.float32)
+        return torch.tensor([self.memo[p][0] for p in pairs], dtype=torch.float32)
 
-    def _forward(self, pairs: list[tuple[str, str]]) -> list[float]:
+    def _forward(self, pairs: list[tuple[str, str]]) -> list[tuple[float, int]]:
         inputs = [self.rm_input(p, r) for p, r in pairs]
         text = [i["text"] for i in inputs]
         pair = [i["text_pair"] for i in inputs] if "text_pair" in inputs[0] else None
@@ -110,7 +105,7 @@ class HFRewardModel(nn.Module):
                                return_tensors="pt", add_special_tokens=inputs[0].get("add_special_tokens", True))
         device = next(self.classifier.parameters()).device
         logits = self.classifier(**{k: v.to(device) for k, v in batch.items()}).logits
-        return logits[:, 0].float().cpu().tolist()
+        return list(zip(logits[:, 0].float().cpu().tolist(), batch["attention_mask"].sum(1).tolist()))
 
     # --- the reward interface ------------------------------------------------------------------
     def reward_sums(self, backbone, users, prompts, responses):
@@ -133,11 +128,12 @@ class HFRewardModel(nn.Module):
 
     def candidate_rewards(self, prompts, prefixes, candidates: torch.Tensor) -> tuple[torch.Tensor, list[list[int]]]:
         """(rows, k) rewards of prompt + prefix + each candidate token, and the RM tokens each row read."""
-        pairs = [(self._text(p), self._text(list(prefix) + [int(c)]))
-                 for p, prefix, row in zip(prompts, prefixes, candidates.tolist()) for c in row]
+        texts = [self._text(p) for p in prompts]  # each row's prompt decoded once, not once per candidate
+        pairs = [(x, self._text(list(prefix) + [int(c)]))
+                 for x, prefix, row in zip(texts, prefixes, candidates.tolist()) for c in row]
         k = candidates.shape[1]
-        lengths = self.input_lengths(pairs)
         rewards = self.score_texts(pairs).reshape(len(prompts), k).to(candidates.device)
+        lengths = [self.memo[p][1] for p in pairs]  # counted as read even when memoised: the cost by design
         return rewards, [lengths[i * k : (i + 1) * k] for i in range(len(prompts))]
 
     def user_ids(self, users: list[str]) -> torch.Tensor:

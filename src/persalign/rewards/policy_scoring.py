@@ -43,7 +43,7 @@ def reward_sums(method, backbone, users, prompts, responses) -> tuple[np.ndarray
     return sequence.numpy(), steps.sum(-1).numpy()
 
 
-def sequence_rewards(method, backbone, users, prompts, responses) -> np.ndarray:
+def whole_response_rewards(method, backbone, users, prompts, responses) -> np.ndarray:
     """R(x, y) of whole responses only (Best-of-N, the win rate): a text-level RM then reads each response
     once instead of once per prefix."""
     if hasattr(method, "sequence_scores"):

@@ -19,23 +19,20 @@ backbone_lr` fill the fields a method leaves empty (P-DPO keeps its batch 8).
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from persalign.config_checks import (  # noqa: F401  (the rules a method's own settings use)
+    COUNT,
+    FRACTION,
+    NON_NEGATIVE,
+    OPTIONAL_COUNT,
+    OPTIONAL_POSITIVE,
+    POSITIVE,
+    TEXT,
+    check_value,
+)
 from persalign.errors import ConfigError
-
-def _number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-POSITIVE = ((lambda v: _number(v) and 0 < v < math.inf), "a finite number > 0")
-NON_NEGATIVE = ((lambda v: _number(v) and 0 <= v < math.inf), "a finite number >= 0")
-COUNT = ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1), "an integer >= 1")
-OPTIONAL_COUNT = ((lambda v: v is None or COUNT[0](v)), "empty (null) or an integer >= 1")
-OPTIONAL_POSITIVE = ((lambda v: v is None or POSITIVE[0](v)), "empty (null) or a finite number > 0")
-FRACTION = ((lambda v: _number(v) and 0 <= v <= 1), "a number in [0, 1]")
-TEXT = ((lambda v: isinstance(v, str) and bool(v.strip())), "non-empty text")
 
 FILL = "fill"  # the run's reward.<key> is used when the method leaves the field empty (None)
 OVERRIDE = "override"  # the run's reward.<key>, when set, beats the method's default
@@ -97,15 +94,8 @@ def check_settings(settings_cls, values: dict, where: str) -> None:
         if values.get(f.name) is None and not f.metadata["rule"][0](f.default):
             raise ConfigError(f"{where}: `{f.name}:` is required ({f.metadata['doc']})")
     for key, value in values.items():
-        if value is None:  # null: the method's default (or the run's reward.* where the field says so)
-            continue
-        ok, allowed = known[key].metadata["rule"]
-        try:
-            good = bool(ok(value))
-        except TypeError:
-            good = False
-        if not good:
-            raise ConfigError(f"{where}.{key}: {value!r} is not allowed (must be {allowed})")
+        if value is not None:  # null: the method's default (or the run's reward.* where the field says so)
+            check_value(value, known[key].metadata["rule"], key, where)
 
 
 def resolve(settings_cls, entry: dict, reward_config, seed: int):
