@@ -13,7 +13,7 @@ LAYERS = [
     {"errors"},
     {"files", "registry", "records"},
     {"config", "config_checks", "batching", "prompts"},
-    {"models", "scoring", "decoding", "model_checks", "metrics", "data"},
+    {"models", "scoring", "decoding", "prefix_cache", "model_checks", "metrics", "data"},
     {"rewards", "cost", "work_meter"},
     {"decoders"},
     {"runner"},

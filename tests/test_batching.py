@@ -102,26 +102,36 @@ def test_args_at_lambda_zero_is_decoded_once_per_policy_not_per_method(monkeypat
 
 def test_a_cell_runs_in_length_sorted_budget_batches_and_stores_rows_in_example_order(tmp_path, cache_dir):
     """Issue #19: the one evaluator batches a cell's examples by prompt length within the token budget
-    (before: fixed batches in data order), and rows.jsonl keeps the examples' order whatever the batching."""
+    (before: fixed batches in data order), and rows.jsonl keeps the examples' order whatever the batching.
+    ICL (issue #31) takes its users one after another (their queries share a cached prefix), shortest
+    first within each user."""
     from persalign.runner.run import open_store, run, run_context
     from persalign.runner.store import Cell
 
     overrides = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]", "seeds=[0]",
-                 "generation.max_new_tokens=4", "generation.batch_size=8", "generation.token_budget=3000",
-                 "split.max_query_per_user=4", "decoders=[{name: icl, shots: 2}]"]
+                 "generation.max_new_tokens=4", "generation.batch_size=8", "generation.token_budget=800",
+                 "split.max_query_per_user=4", "decoders=[{name: zero_shot}, {name: icl, shots: 2}]"]
     config = load_config("demo-baselines", overrides)
     store = run(config, tmp_path / "run", log=lambda *_: None)
-    rows = store.read_rows(Cell("tiny-llama", "ICL (2-shot)", 0))
-    batches: dict[int, list[int]] = {}
-    for row in rows:
-        batches.setdefault(row["batch"], []).append(row["prompt_tokens"] + 4)
-    widths = [batches[b] for b in sorted(batches)]
-    assert len(widths) > 2
-    for lengths in widths:
-        assert len(lengths) <= 8 and (len(lengths) == 1 or len(lengths) * row_cost(max(lengths)) <= 3000)
-    assert all(max(a) <= min(b) for a, b in zip(widths, widths[1:])), widths  # shortest prompts first
     examples = run_context(config, open_store(config, tmp_path / "run", lambda *_: None)[0], lambda *_: None).examples
-    assert [row["id"] for row in rows] == [ex.id for ex in examples]
+    for decoder in ("Zero-Shot", "ICL (2-shot)"):
+        rows = store.read_rows(Cell("tiny-llama", decoder, 0))
+        assert [row["id"] for row in rows] == [ex.id for ex in examples]
+        batches: dict[int, list[dict]] = {}
+        for row in rows:
+            batches.setdefault(row["batch"], []).append(row)
+        ordered = [batches[b] for b in sorted(batches)]
+        assert len(ordered) > 2
+        for batch in ordered:
+            widths = [row["prompt_tokens"] + 4 for row in batch]
+            assert len(batch) <= 8 and (len(batch) == 1 or len(batch) * row_cost(max(widths)) <= 800)
+        if decoder == "Zero-Shot":  # shortest prompts first
+            assert all(max(r["prompt_tokens"] for r in a) <= min(r["prompt_tokens"] for r in b)
+                       for a, b in zip(ordered, ordered[1:]))
+        else:  # user by user, shortest first within each
+            taken = [(row["user"], row["prompt_tokens"]) for batch in ordered
+                     for row in sorted(batch, key=lambda r: (r["user"], r["prompt_tokens"]))]
+            assert taken == sorted(taken)
 
 
 def test_best_of_n_samples_do_not_depend_on_how_a_cell_is_batched(tmp_path, tiny_lm):

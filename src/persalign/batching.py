@@ -38,15 +38,18 @@ def row_cost(width: int) -> float:
 
 
 def plan_batches(lengths: Sequence[int], budget: int, max_items: int | None = None,
-                 same_length: bool = False) -> list[list[int]]:
+                 same_length: bool = False, groups: Sequence | None = None) -> list[list[int]]:
     """Indices grouped into batches: shortest first, each within `budget` padded cost and `max_items` rows.
 
     An item longer than the budget on its own gets a batch to itself (it is never dropped).
     `same_length`: a batch holds items of one length only, so nothing is padded and each row's
     result is the same whatever else shares its batch (on CPU a row's float result depends on
     the padding around it, not on how many rows there are).
+    `groups`: items are taken group by group (shortest first within each), so a group's items
+    share as few batches as the budget allows (ICL's per-user prefix cache).
     """
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    group_of = (lambda i: str(groups[i])) if groups is not None else (lambda i: "")
+    order = sorted(range(len(lengths)), key=lambda i: (group_of(i), lengths[i], i))
     batches: list[list[int]] = []
     current: list[int] = []
     for index in order:
@@ -78,7 +81,7 @@ def fixed_groups(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
-def plan_generation(prompts: Sequence[Sequence[int]], generation, device) -> list[list[int]]:
+def plan_generation(prompts: Sequence[Sequence[int]], generation, device, groups: Sequence | None = None) -> list[list[int]]:
     """Batches for decoding `prompts`: a row costs its prompt plus the tokens it may generate.
 
     `generation` is the run's GenerationConfig (max_new_tokens, token_budget, batch_size). Every
@@ -86,7 +89,8 @@ def plan_generation(prompts: Sequence[Sequence[int]], generation, device) -> lis
     so the same prompts are always decoded in the same batches.
     """
     lengths = [len(p) + generation.max_new_tokens for p in prompts]
-    return plan_batches(lengths, generation.token_budget or default_budget(device), generation.batch_size)
+    return plan_batches(lengths, generation.token_budget or default_budget(device), generation.batch_size,
+                        groups=groups)
 
 
 def padding_ratio(lengths: Sequence[int], batches: list[list[int]]) -> float:

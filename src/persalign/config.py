@@ -63,6 +63,7 @@ class DecoderConfig:
     name: str = "zero_shot"
     shots: int = 0
     label: str | None = None  # row name in reports; defaults per decoder
+    draw: str | None = None  # icl: demonstrations drawn "per_user" (one D_k^demo, default) or "per_query"
 
 
 @dataclass

@@ -105,7 +105,9 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "metrics.bertscore_layer": _optional_at_least(1),
     "best_of_n.temperature": ((lambda v: v > 0), "a number > 0"),
 }
-DECODER_RULES = {"shots": _at_least(0)}
+DEMO_DRAWS = ("per_user", "per_query")
+DECODER_RULES = {"shots": _at_least(0), "draw": ((lambda v: v is None or v in DEMO_DRAWS),
+                                                  f"empty (null: the decoder's default) or one of {list(DEMO_DRAWS)}")}
 
 
 def _get(config, dotted: str):

@@ -76,7 +76,7 @@ def forward_flops(shape: ModelShape, tokens: int, context: int = 0, logits: int 
 class Work:
     """One output's counted work: tokens through each model and the FLOPs they cost."""
 
-    prefill_tokens: int = 0  # prompt tokens the policy read in one forward
+    prefill_tokens: float = 0  # prompt tokens the policy read in one forward (a share of a shared prefix's)
     decode_tokens: int = 0  # tokens the policy read one at a time
     candidate_tokens: int = 0  # ARGS: candidate tokens scored (k per step)
     reward_tokens: int = 0  # tokens a separate reward model read (its prefill, Best-of-N scoring)
@@ -99,12 +99,22 @@ def steps_of(generated: int, max_new_tokens: int) -> int:
     return min(generated + 1, max_new_tokens)
 
 
-def greedy_work(policy: ModelShape, prompt: int, generated: int, max_new_tokens: int, work: Work | None = None) -> Work:
-    """Prefill the prompt (logits of its last token), then one forward per later step."""
+def greedy_work(policy: ModelShape, prompt: int, generated: int, max_new_tokens: int, work: Work | None = None,
+                shared: tuple[int, int] = (0, 1)) -> Work:
+    """Prefill the prompt (logits of its last token), then one forward per later step.
+
+    `shared` = (P, n): the prompt's first P tokens are a prefix prefilled once for n prompts (ICL's
+    per-user demonstration block), so this output carries 1/n of that prefill and reads its own
+    remaining tokens after P cached ones."""
     work = work or Work()
     steps = steps_of(generated, max_new_tokens)
-    work.prefill_tokens += prompt
-    work.add("policy prefill", forward_flops(policy, prompt, 0, 1))
+    cached, sharers = shared
+    if cached:
+        work.prefill_tokens += prompt - cached + cached / sharers
+        work.add("policy prefill", forward_flops(policy, prompt - cached, cached, 1) + forward_flops(policy, cached) / sharers)
+    else:
+        work.prefill_tokens += prompt
+        work.add("policy prefill", forward_flops(policy, prompt, 0, 1))
     for j in range(1, steps):
         work.decode_tokens += 1
         work.add("policy decode", forward_flops(policy, 1, prompt + j - 1, 1))

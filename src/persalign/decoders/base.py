@@ -128,6 +128,7 @@ class DeploymentBase:
 
     extra_columns: tuple[str, ...] = ()
     always_generates = False  # generate even where the data has no references (Best-of-N's RM-score curve)
+    batches_by_user = False  # keep each user's queries in the same batches (ICL's per-user prefix cache)
 
     def begin(self) -> None:
         return None

@@ -28,6 +28,7 @@ class PromptedDeployment(DeploymentBase):
         self.config = ctx.planned.decoder_config
         self.label = ctx.cell.decoder
         self.lm, self.formatter = ctx.policy.lm, ctx.policy.formatter
+        self.built: dict[str, tuple[list[int], dict]] = {}  # example id -> (prompt, columns): built once
 
     @property
     def generation(self):
@@ -42,14 +43,22 @@ class PromptedDeployment(DeploymentBase):
         return []
 
     def prepare(self, examples: list) -> PreparedBatch:
-        prompts, columns = [], []
         for ex in examples:
-            drawn = self.demos(ex)
-            ids, shown, input_cut = self.formatter.fit(ex.comparison.prompt, drawn, ex.comparison.history)
-            prompts.append(ids)  # the demonstrations recorded are those in the prompt, not those drawn
-            columns.append({"demo_ids": [d.id for d in drawn[:shown]], "demos_dropped": len(drawn) - shown,
-                            "input_cut": input_cut, "prompt_tokens": len(ids)})
-        return PreparedBatch(examples, prompts, columns)
+            if ex.id not in self.built:
+                self.built[ex.id] = self._build(ex)
+        return PreparedBatch(examples, [self.built[ex.id][0] for ex in examples],
+                             [dict(self.built[ex.id][1]) for ex in examples])
+
+    def _build(self, ex) -> tuple[list[int], dict]:
+        drawn = self.demos(ex)
+        ids, shown, input_cut = self.formatter.fit(ex.comparison.prompt, drawn, ex.comparison.history)
+        # the demonstrations recorded are those in the prompt, not those drawn
+        return ids, {"demo_ids": [d.id for d in drawn[:shown]], "demos_dropped": len(drawn) - shown,
+                     "input_cut": input_cut, "prompt_tokens": len(ids)}
+
+    def shared_prefix(self, example) -> tuple[int, int]:
+        """(tokens of the example's prompt read from a shared prefix cache, prompts sharing it): none here."""
+        return 0, 1
 
     def _prefill(self, batch: PreparedBatch):
         if batch.state is None:  # one pass over the prompts serves generation and scoring
@@ -60,7 +69,8 @@ class PromptedDeployment(DeploymentBase):
         max_new = self.generation.max_new_tokens
         ids = decode_from(self.lm, self._prefill(batch), greedy, max_new)
         shape = self.ctx.policy.shape
-        work = [greedy_work(shape, len(p), len(row), max_new).columns() for p, row in zip(batch.prompts, ids)]
+        work = [greedy_work(shape, len(p), len(row), max_new, shared=self.shared_prefix(ex)).columns()
+                for p, row, ex in zip(batch.prompts, ids, batch.examples)]
         return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids],
                          columns=work)
 

@@ -71,6 +71,25 @@ def metrics_line(frame: pd.DataFrame) -> str:
     return line
 
 
+DRAW_WORDS = {"per_user": "one random set per user and seed, the same for all of the user's queries (the paper's "
+                           "D_k^demo, Eq. 7; its prompt block prefilled once per user)",
+              "per_query": "drawn anew for every query",
+              "retrieved": "the most similar to each query, retrieved per query"}
+
+
+def demonstrations_line(frame: pd.DataFrame) -> str | None:
+    """How each ICL row's demonstrations were drawn, from the cells' stored settings (None: no ICL cells)."""
+    draws: dict[str, list[str]] = {}
+    for label, settings in zip(frame["decoder"], frame["settings"]):
+        draw = settings.get("draw") if isinstance(settings, dict) else None
+        if draw and label not in draws.get(draw, []):
+            draws.setdefault(draw, []).append(label)
+    if not draws:
+        return None
+    return "Demonstrations: " + "; ".join(f"{', '.join(labels)}: {DRAW_WORDS.get(draw, draw)}"
+                                          for draw, labels in draws.items()) + "."
+
+
 def _clipped_shots(rows: pd.DataFrame) -> str:
     """' (3.2 demos used on average)' where a user's support set held fewer items than `shots` or demos
     were dropped to fit the prompt budget (then also how many prompts were cut)."""
@@ -192,6 +211,8 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
              f"{int(frame['examples'].max())} query items of {int(frame['users'].max())} adaptation users. "
              "Policy accuracy: strict s(chosen) > s(rejected) (ties: see rows.jsonl); "
              "scores are means over users of per-user means (×100).", "", metrics_line(frame)]
+    demonstrations = demonstrations_line(frame)
+    parts += ["", demonstrations] if demonstrations else []
     analyses = analyse(run_dir) if analyses is None else analyses
     parts += verdict_section(store, frame, analyses)
     for policy in dict.fromkeys(frame["policy"]):

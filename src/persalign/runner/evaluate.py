@@ -168,12 +168,15 @@ def run_cell(deployment, ctx) -> dict:
 
 
 def cell_batches(deployment, ctx) -> list[list[Example]]:
-    """The cell's examples in token-budget batches, shortest prompt first; `batch_size` caps each batch.
+    """The cell's examples in token-budget batches, shortest prompt first (by user first where the deployment
+    shares a prefix per user); `batch_size` caps each batch.
 
     The plan depends only on the prompts and the config, so a resumed cell gets the same batches.
     """
     examples = ctx.run.examples
-    plan = plan_generation(deployment.prepare(examples).prompts, ctx.run.config.generation, ctx.policy.lm.device)
+    users = [ex.comparison.user for ex in examples] if getattr(deployment, "batches_by_user", False) else None
+    plan = plan_generation(deployment.prepare(examples).prompts, ctx.run.config.generation, ctx.policy.lm.device,
+                           groups=users)
     return [[examples[i] for i in batch] for batch in plan]
 
 
