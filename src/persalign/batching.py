@@ -81,7 +81,8 @@ def fixed_groups(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 
-def plan_generation(prompts: Sequence[Sequence[int]], generation, device, groups: Sequence | None = None) -> list[list[int]]:
+def plan_generation(prompts: Sequence[Sequence[int]], generation, device, groups: Sequence | None = None,
+                    max_items: int | None = None) -> list[list[int]]:
     """Batches for decoding `prompts`: a row costs its prompt plus the tokens it may generate.
 
     `generation` is the run's GenerationConfig (max_new_tokens, token_budget, batch_size). Every
@@ -89,8 +90,8 @@ def plan_generation(prompts: Sequence[Sequence[int]], generation, device, groups
     so the same prompts are always decoded in the same batches.
     """
     lengths = [len(p) + generation.max_new_tokens for p in prompts]
-    return plan_batches(lengths, generation.token_budget or default_budget(device), generation.batch_size,
-                        groups=groups)
+    return plan_batches(lengths, generation.token_budget or default_budget(device),
+                        max_items or generation.batch_size, groups=groups)
 
 
 def padding_ratio(lengths: Sequence[int], batches: list[list[int]]) -> float:

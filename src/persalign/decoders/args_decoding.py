@@ -81,6 +81,7 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
     ids, mask, positions = left_pad(prompts, policy.tokenizer.pad_token_id, policy.device)
     policy_cache, logprobs = scorer.prefill(ids, mask, positions)
     users = guide.method.user_ids(guide.users).to(policy.device)
+    lams = torch.as_tensor(guide.lam, dtype=torch.float32, device=policy.device).expand(len(prompts))
     pool = PoolingState.empty(len(prompts), policy.device)
     rows = RowTracker(policy.tokenizer, logprobs.shape[-1], len(prompts), policy.device)
     live = torch.arange(len(prompts), device=policy.device)  # original row of each batch row
@@ -89,7 +90,7 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
         top_logprobs, candidates = logprobs.topk(guide.top_k, dim=-1)
         rewards = scorer.token_rewards(candidates, mask, next_pos, users)  # (rows, k) token rewards
         candidate_prefix = pool.extend(rewards, guide.method.pooling)
-        choice = (top_logprobs + guide.lam * candidate_prefix).argmax(dim=-1)
+        choice = (top_logprobs + lams[:, None] * candidate_prefix).argmax(dim=-1)
         if trace is not None:
             record_step(trace, len(prompts), live, candidates, candidate_prefix)
         pool.commit(rewards.gather(1, choice[:, None]).squeeze(1))
@@ -109,6 +110,7 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
             select_rows(policy_cache, index)
             scorer.select(index)
             live, mask, next_pos, logprobs, users = live[index], mask[index], next_pos[index], logprobs[index], users[index]
+            lams = lams[index]
             pool = PoolingState(pool.total[index], pool.count[index])
     if stats is not None:
         stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1,
@@ -124,7 +126,7 @@ def args_decode_reusing_greedy(memo: dict, policy, guide: RewardGuide, prompts: 
     whole batch and the scorer kind, so a reused batch is exactly what this call would have computed (a
     forward's float sums depend on the batch's other rows). Deployments do not reuse: their generation
     seconds are their cost."""
-    if guide.lam != 0:
+    if not isinstance(guide.lam, (int, float)) or guide.lam != 0:
         return args_decode(policy, guide, prompts, max_new_tokens)
     key = (guide.method.token_level, getattr(guide.method, "text_level", False), guide.lm.model is policy.model,
            guide.top_k, max_new_tokens,

@@ -23,7 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from persalign.batching import plan_generation
-from persalign.decoders.args_decoding import RewardGuide, args_decode_reusing_greedy
+from persalign.decoders.args_decoding import RewardGuide, args_decode, args_decode_reusing_greedy
 from persalign.decoding import clean_generation
 from persalign.metrics.ranking import outcomes
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
@@ -92,22 +92,47 @@ def choose_lambda(ctx, trained) -> dict:
     return {"lambda": lam, "rule": rule, "curve": curve}
 
 
+def decode_grid(ctx, trained, val: PairData) -> dict[float, list[list[int]]]:
+    """ARGS outputs of every validation prompt at every λ of the grid.
+
+    λ = 0 (greedy) is decoded once per policy and reused (`args_decode_reusing_greedy`). Every other λ is
+    a row of one pass: a batch holds all λ values of its prompts (up to batch_size × λ values rows, within
+    the token budget), each prompt prefilled once, so a step's fixed cost is paid once for the whole grid
+    instead of once per λ.
+    """
+    config, policy = ctx.run.config, ctx.policy
+    generation, grid = config.generation, list(dict.fromkeys(config.args.lambdas))
+    out = {lam: [None] * len(val) for lam in grid}
+    if 0 in out:
+        for batch in plan_generation(val.prompts, generation, policy.lm.device):
+            guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i in batch], 0.0,
+                                config.args.top_k, prefills=policy.prefills)
+            decoded = args_decode_reusing_greedy(policy.decoded, policy.lm, guide, [val.prompts[i] for i in batch],
+                                                 generation.max_new_tokens)
+            for i, ids in zip(batch, decoded):
+                out[0][i] = ids
+    weights = [lam for lam in grid if lam != 0]
+    items = [(i, lam) for i in range(len(val)) for lam in weights]  # a prompt's λ rows stay together
+    plan = plan_generation([val.prompts[i] for i, _ in items], generation, policy.lm.device,
+                           max_items=generation.batch_size * max(1, len(weights)))
+    for batch in tqdm(plan, desc="choosing λ (ARGS on validation, the grid in one pass)", leave=False):
+        rows = [items[b] for b in batch]
+        guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i, _ in rows],
+                            [lam for _, lam in rows], config.args.top_k, prefills=policy.prefills)
+        for (i, lam), ids in zip(rows, args_decode(policy.lm, guide, [val.prompts[i] for i, _ in rows],
+                                                    generation.max_new_tokens)):
+            out[lam][i] = ids
+    return out
+
+
 def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy) -> dict:
     """ARGS on the validation prompts at each λ: ROUGE-1, inverse perplexity and their harmonic mean with accuracy."""
     config, policy = ctx.run.config, ctx.policy
     batch_size = config.generation.batch_size
+    decoded = decode_grid(ctx, trained, val)
     out = {"rouge1": [], "inverse_perplexity": [], "harmonic": []}
-    for lam, acc in tqdm(list(zip(config.args.lambdas, accuracy)), desc="choosing λ (ARGS on validation)",
-                         leave=False):
-        rows: list = [None] * len(val)
-        for batch in plan_generation(val.prompts, config.generation, policy.lm.device):
-            guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i in batch], lam,
-                                config.args.top_k, prefills=policy.prefills)
-            decoded = args_decode_reusing_greedy(policy.decoded, policy.lm, guide, [val.prompts[i] for i in batch],
-                                                 config.generation.max_new_tokens)
-            for i, ids in zip(batch, decoded):
-                rows[i] = ids
-        texts = [clean_generation(policy.lm.tokenizer, ids) for ids in rows]
+    for lam, acc in zip(config.args.lambdas, accuracy):
+        texts = [clean_generation(policy.lm.tokenizer, ids) for ids in decoded[lam]]
         r1 = float(np.mean([s["rouge1"] for s in ctx.run.rouge.score(texts, references)]) / 100)
         lps = response_logprobs(policy.lm, val.prompts, [policy.formatter.response_ids(t) for t in texts], batch_size,
                                 config.generation.token_budget)

@@ -31,7 +31,7 @@ class RewardGuide:
     lm: object  # LoadedLM of the RM backbone (may be the policy itself)
     method: object  # RewardMethod
     users: list[str]
-    lam: float = 1.0  # λ of Eq. 1: the reward's weight against log π
+    lam: float | list[float] = 1.0  # λ of Eq. 1: the reward's weight against log π (one, or one per row)
     top_k: int = 10  # candidates scored per step (the policy's top k)
     # Prompt prefills of the policy shared by several decodes of the same batch (the λ choice: every
     # method × seed × λ decodes the same validation batches); None: prefill every time.
@@ -109,14 +109,34 @@ def batch_key(kind: str, ids: torch.Tensor, mask: torch.Tensor) -> tuple:
     return kind, tuple(ids.shape), tuple(ids.flatten().tolist()), tuple(mask.flatten().tolist())
 
 
+def once_per_distinct_row(prefill_rows, ids, mask, positions):
+    """`prefill_rows(ids, mask, positions)` -> (cache, per-row tensor), run on the batch's distinct rows only
+    and expanded back: a prompt repeated in a batch (the λ grid's rows) is prefilled once. A batch of distinct
+    prompts is passed through unchanged."""
+    keys = [tuple(row) for row in ids.tolist()]
+    position: dict[tuple, int] = {}
+    for key in keys:
+        position.setdefault(key, len(position))
+    if len(position) == len(keys):
+        return prefill_rows(ids, mask, positions)
+    first = torch.tensor([keys.index(key) for key in position], device=ids.device)
+    inverse = torch.tensor([position[key] for key in keys], device=ids.device)
+    cache, values = prefill_rows(ids[first], mask[first], positions[first])
+    select_rows(cache, inverse)
+    return cache, values.index_select(0, inverse)
+
+
 def policy_prefill(policy, ids, mask, positions, memo: dict | None):
     """(cache, log π(· | prompt)) of the policy's prefill, reused from `memo` when the batch was seen."""
-    def compute():
-        out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                           logits_to_keep=1)
-        return out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+    def prefill_rows(ids, mask, positions):
+        def compute():
+            out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                               logits_to_keep=1)
+            return out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
 
-    return reuse_prefill(memo, batch_key("policy", ids, mask), compute)
+        return reuse_prefill(memo, batch_key("policy", ids, mask), compute)
+
+    return once_per_distinct_row(prefill_rows, ids, mask, positions)
 
 
 class TreeScorer:
@@ -166,14 +186,17 @@ class TokenScorer:
     def prefill(self, ids, mask, positions):
         """(policy cache, first log-probs); with the shared backbone the RM's prefill is the policy's."""
         lm_device = self.guide.lm.device
-
-        def compute():
-            out = self.backbone(input_ids=ids.to(lm_device), attention_mask=mask.to(lm_device),
-                                position_ids=positions.to(lm_device), use_cache=True)
-            return out.past_key_values, out.last_hidden_state[:, -1]
-
         memo = self.guide.prefills if self.shared else None  # another RM's prefill is its own
-        self.cache, self.state = reuse_prefill(memo, batch_key("stack", ids, mask), compute)
+
+        def prefill_rows(ids, mask, positions):
+            def compute():
+                out = self.backbone(input_ids=ids.to(lm_device), attention_mask=mask.to(lm_device),
+                                    position_ids=positions.to(lm_device), use_cache=True)
+                return out.past_key_values, out.last_hidden_state[:, -1]
+
+            return reuse_prefill(memo, batch_key("stack", ids, mask), compute)
+
+        self.cache, self.state = once_per_distinct_row(prefill_rows, ids, mask, positions)
         if self.shared:
             return self.cache, torch.log_softmax(self.policy.model.get_output_embeddings()(self.state).float(), dim=-1)
         return policy_prefill(self.policy, ids, mask, positions, self.guide.prefills)
