@@ -74,6 +74,18 @@ def test_shots_must_be_positive():
         plan(load_config("demo-baselines", ["decoders=[{name: icl, shots: 0}]"]))
 
 
+@pytest.mark.parametrize("entry, message", [
+    ("{name: zero_shot, shots: 4}", "zero_shot: takes no demonstrations, so shots would be ignored"),
+    ("{name: zero_shot, draw: per_user}", "zero_shot: takes no demonstrations, so draw would be ignored"),
+    ("{name: icl_rag, shots: 2, draw: per_user}", "icl_rag: draw must be one of \\['per_query'\\]"),
+    ("{name: icl, shots: 2, draw: per_item}", "decoders\\[0\\].draw"),
+])
+def test_demonstration_settings_a_decoder_cannot_use_are_refused(entry, message):
+    """Issue #31: `draw` is new; a zero-shot entry with shots or draw was silently run without them."""
+    with pytest.raises(ConfigError, match=message):
+        plan(load_config("demo-baselines", [f"decoders=[{entry}]"]))
+
+
 def test_demos_dropped_to_fit_the_prompt_budget_are_not_reported_as_used(tmp_path, cache_dir):
     """Issue #29 (a): with a prompt budget below a demonstration's length, ICL rows were byte-identical to
     zero-shot while `demo_ids` listed 4 demonstrations and the report said "ICL (4-shot)"."""

@@ -16,6 +16,7 @@ import numpy as np
 from persalign.cost import greedy_work
 from persalign.decoders.base import DeploymentBase, Generated, PairScores, PreparedBatch, pair_responses
 from persalign.decoding import clean_generation, decode_from, greedy, prefill
+from persalign.errors import ConfigError
 from persalign.records import UserItem
 from persalign.scoring import logprobs_from_prefill, mean_logprob
 
@@ -37,7 +38,11 @@ class PromptedDeployment(DeploymentBase):
 
     @classmethod
     def check(cls, config) -> None:
-        return None
+        """A deployment without demonstrations refuses their settings rather than ignore them."""
+        given = [key for key, unset in (("shots", 0), ("draw", None)) if getattr(config, key) != unset]
+        if given:
+            raise ConfigError(f"decoder {config.name}: takes no demonstrations, so {' and '.join(given)} would be "
+                              "ignored; remove it or use icl / icl_rag")
 
     def demos(self, example) -> list[UserItem]:
         return []
