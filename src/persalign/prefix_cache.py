@@ -107,7 +107,7 @@ class PrefixCache:
         mask = torch.zeros((len(prefixes), width), dtype=torch.long, device=self.lm.device)
         for row, key in enumerate(prefixes):
             mask[row, width - len(key):] = 1
-        cache = DynamicCache()
+        cache = DynamicCache(config=self.lm.model.config)  # the layer kinds the model itself would build
         if width == 0:
             return cache, mask
         layers = len(next(self.entries[k] for k in prefixes if k))
