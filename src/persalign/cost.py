@@ -109,12 +109,9 @@ def greedy_work(policy: ModelShape, prompt: int, generated: int, max_new_tokens:
     work = work or Work()
     steps = steps_of(generated, max_new_tokens)
     cached, sharers = shared
-    if cached:
-        work.prefill_tokens += prompt - cached + cached / sharers
-        work.add("policy prefill", forward_flops(policy, prompt - cached, cached, 1) + forward_flops(policy, cached) / sharers)
-    else:
-        work.prefill_tokens += prompt
-        work.add("policy prefill", forward_flops(policy, prompt, 0, 1))
+    prefix_share = forward_flops(policy, cached) / sharers if cached else 0.0
+    work.prefill_tokens += prompt - cached + (cached / sharers if cached else 0)  # an int where nothing is shared
+    work.add("policy prefill", forward_flops(policy, prompt - cached, cached, 1) + prefix_share)
     for j in range(1, steps):
         work.decode_tokens += 1
         work.add("policy decode", forward_flops(policy, 1, prompt + j - 1, 1))

@@ -74,7 +74,7 @@ class PrefixCache:
         prefixes = [tuple(p[:n]) for p, n in zip(prompts, shared)]
         self._compute_missing([k for k in dict.fromkeys(prefixes) if k and k not in self.entries])
         lm = self.lm
-        cache, prefix_mask = self._batch_cache(prefixes)
+        cache, prefix_mask = self._batch_cache(prefixes)  # at least one prefix is not empty (any(shared))
         self._evict(keep=set(prefixes))
         suffix_ids, suffix_mask, suffix_positions = left_pad([p[n:] for p, n in zip(prompts, shared)],
                                                              lm.tokenizer.pad_token_id, lm.device)
@@ -108,10 +108,7 @@ class PrefixCache:
         for row, key in enumerate(prefixes):
             mask[row, width - len(key):] = 1
         cache = DynamicCache(config=self.lm.model.config)  # the layer kinds the model itself would build
-        if width == 0:
-            return cache, mask
-        layers = len(next(self.entries[k] for k in prefixes if k))
-        for layer in range(layers):
+        for layer in range(len(next(self.entries[k] for k in prefixes if k))):  # some row has a prefix
             keys, values = self._layer_rows(prefixes, layer, width)
             cache.update(keys, values, layer)
         for key in prefixes:

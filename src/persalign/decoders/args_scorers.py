@@ -109,34 +109,37 @@ def batch_key(kind: str, ids: torch.Tensor, mask: torch.Tensor) -> tuple:
     return kind, tuple(ids.shape), tuple(ids.flatten().tolist()), tuple(mask.flatten().tolist())
 
 
-def once_per_distinct_row(prefill_rows, ids, mask, positions):
-    """`prefill_rows(ids, mask, positions)` -> (cache, per-row tensor), run on the batch's distinct rows only
-    and expanded back: a prompt repeated in a batch (the λ grid's rows) is prefilled once. A batch of distinct
-    prompts is passed through unchanged."""
-    keys = [tuple(row) for row in ids.tolist()]
+def shared_prefill(memo: dict | None, kind: str, forward, ids, mask, positions):
+    """`forward(ids, mask, positions)` -> (cache, per-row tensor), run once per distinct prompt row (a prompt
+    repeated in a batch, the λ grid's rows, is prefilled once and its rows expanded back) and once per batch
+    seen (reused from `memo`). A batch of distinct prompts is forwarded as it is."""
     position: dict[tuple, int] = {}
-    for key in keys:
-        position.setdefault(key, len(position))
-    if len(position) == len(keys):
-        return prefill_rows(ids, mask, positions)
-    first = torch.tensor([keys.index(key) for key in position], device=ids.device)
-    inverse = torch.tensor([position[key] for key in keys], device=ids.device)
-    cache, values = prefill_rows(ids[first], mask[first], positions[first])
-    select_rows(cache, inverse)
-    return cache, values.index_select(0, inverse)
+    first, inverse = [], []
+    for row, key in enumerate(tuple(r) for r in ids.tolist()):
+        if key not in position:
+            position[key] = len(first)
+            first.append(row)
+        inverse.append(position[key])
+    repeated = len(first) < len(inverse)
+    if repeated:
+        index = torch.tensor(first, device=ids.device)
+        ids, mask, positions = ids[index], mask[index], positions[index]
+    cache, values = reuse_prefill(memo, batch_key(kind, ids, mask), lambda: forward(ids, mask, positions))
+    if repeated:
+        expand = torch.tensor(inverse, device=values.device)
+        select_rows(cache, expand)
+        values = values.index_select(0, expand)
+    return cache, values
 
 
 def policy_prefill(policy, ids, mask, positions, memo: dict | None):
     """(cache, log π(· | prompt)) of the policy's prefill, reused from `memo` when the batch was seen."""
-    def prefill_rows(ids, mask, positions):
-        def compute():
-            out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
-                               logits_to_keep=1)
-            return out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+    def forward(ids, mask, positions):
+        out = policy.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                           logits_to_keep=1)
+        return out.past_key_values, torch.log_softmax(out.logits[:, -1].float(), dim=-1)
 
-        return reuse_prefill(memo, batch_key("policy", ids, mask), compute)
-
-    return once_per_distinct_row(prefill_rows, ids, mask, positions)
+    return shared_prefill(memo, "policy", forward, ids, mask, positions)
 
 
 class TreeScorer:
@@ -188,15 +191,12 @@ class TokenScorer:
         lm_device = self.guide.lm.device
         memo = self.guide.prefills if self.shared else None  # another RM's prefill is its own
 
-        def prefill_rows(ids, mask, positions):
-            def compute():
-                out = self.backbone(input_ids=ids.to(lm_device), attention_mask=mask.to(lm_device),
-                                    position_ids=positions.to(lm_device), use_cache=True)
-                return out.past_key_values, out.last_hidden_state[:, -1]
+        def forward(ids, mask, positions):
+            out = self.backbone(input_ids=ids.to(lm_device), attention_mask=mask.to(lm_device),
+                                position_ids=positions.to(lm_device), use_cache=True)
+            return out.past_key_values, out.last_hidden_state[:, -1]
 
-            return reuse_prefill(memo, batch_key("stack", ids, mask), compute)
-
-        self.cache, self.state = once_per_distinct_row(prefill_rows, ids, mask, positions)
+        self.cache, self.state = shared_prefill(memo, "stack", forward, ids, mask, positions)
         if self.shared:
             return self.cache, torch.log_softmax(self.policy.model.get_output_embeddings()(self.state).float(), dim=-1)
         return policy_prefill(self.policy, ids, mask, positions, self.guide.prefills)

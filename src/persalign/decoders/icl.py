@@ -18,6 +18,8 @@ Policy accuracy uses s_ICL (Eq. 7): the mean log-likelihood with the demos.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 from persalign.decoders.base import DeploymentProperties, PreparedBatch, example_rng
@@ -63,7 +65,7 @@ class _ShotsDecoder(PromptedDeployment):
         prompts = self.prepare(examples).prompts
         users = [ex.comparison.user for ex in examples]
         lengths = shared_prefix_lengths(prompts, users)
-        sharers = {user: sum(1 for u, n in zip(users, lengths) if u == user and n) for user in set(users)}
+        sharers = Counter(user for user, n in zip(users, lengths) if n)
         self.shared = {ex.id: (n, sharers[ex.comparison.user] if n else 1) for ex, n in zip(examples, lengths)}
 
     def shared_prefix(self, example) -> tuple[int, int]:
@@ -90,17 +92,15 @@ class RandomICL(_ShotsDecoder):
     draws = ("per_user", "per_query")
 
     def demos(self, example) -> list[UserItem]:
-        if not self.pool(example):
-            return []
-        if self.draw == "per_query":
-            pool = self.pool(example)
-            rng = example_rng(self.ctx.seed, example.id)
-            return [pool[i] for i in rng.choice(len(pool), size=min(self.config.shots, len(pool)), replace=False)]
         user = example.comparison.user
-        pool = self.ctx.run.eval_context.demo_pool(user)
-        rng = example_rng(self.ctx.seed, f"demonstrations of user {user}")
-        drawn = [pool[i] for i in rng.choice(len(pool), size=min(self.config.shots, len(pool)), replace=False)]
-        return [item for item in drawn if item.id != example.id]  # a query never demonstrates itself
+        if self.draw == "per_query":
+            pool, key = self.pool(example), example.id
+        else:  # one set for all of the user's queries: drawn with the same key for each of them
+            pool, key = self.ctx.run.eval_context.demo_pool(user), f"demonstrations of user {user}"
+        if not pool:
+            return []
+        picks = example_rng(self.ctx.seed, key).choice(len(pool), size=min(self.config.shots, len(pool)), replace=False)
+        return [pool[i] for i in picks if pool[i].id != example.id]  # a query never demonstrates itself
 
 
 @register_decoder("icl_rag")
