@@ -57,3 +57,40 @@ def test_a_lock_left_by_a_killed_process_is_taken_over_with_a_message(tmp_path, 
     messages = []
     run(tiny_config("seeds=[0]", "decoders=[{name: zero_shot}]"), target, log=messages.append)
     assert any(f"taking over the lock of {target} left by pid {holder.pid}" in m for m in messages)
+
+
+SLOW_AFTER_FIRST_BATCH = """
+import sys, time
+from persalign import cli
+from persalign.runner.store import RunStore
+real_append = RunStore.append
+def append_then_wait(self, *args, **kwargs):
+    stored = real_append(self, *args, **kwargs)
+    print('stored a batch', flush=True)
+    time.sleep(120)
+    return stored
+RunStore.append = append_then_wait
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_sigterm_stops_a_run_in_one_line_keeping_its_batches_and_a_resume_is_exact(tmp_path, cache_dir):
+    """What a scheduler, `kill` or `timeout` sends: before, SIGTERM ended the process with no message and
+    exit -15 (and left nothing said about resuming); now it unwinds like Ctrl-C, exit 143."""
+    target = tmp_path / "run"
+    argv = ["run", "demo-baselines", "-o", str(target), "seeds=[0]", "decoders=[{name: zero_shot}]"] + TINY[:-1]
+    child = subprocess.Popen([sys.executable, "-c", SLOW_AFTER_FIRST_BATCH] + argv, text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             env={**os.environ, "PERSALIGN_CACHE": str(cache_dir)})
+    while child.stdout.readline().strip() != "stored a batch":
+        assert child.poll() is None, child.stderr.read()
+    child.send_signal(signal.SIGTERM)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 143, err
+    assert err.splitlines()[-1] == ("persalign: terminated (SIGTERM); completed batches are saved, re-run the "
+                                    "same command to resume"), err
+    assert [p.stat().st_size > 0 for p in target.glob("cells/*/*/*/rows.jsonl")] == [True]
+    assert not list(target.glob("cells/*/*/*/metrics.json"))
+    resumed = run(tiny_config("seeds=[0]", "decoders=[{name: zero_shot}]"), target, **QUIET)
+    alone = run(tiny_config("seeds=[0]", "decoders=[{name: zero_shot}]"), tmp_path / "alone", **QUIET)
+    assert metrics_without_timing(resumed) == metrics_without_timing(alone)

@@ -12,8 +12,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import re
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from persalign.errors import PersalignError
@@ -200,6 +203,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the program is, so it unwinds like Ctrl-C: a batch is either stored or redone."""
+
+
+@contextlib.contextmanager
+def _terminate_like_interrupt():
+    """Schedulers, `kill` and `timeout` send SIGTERM; Python's default for it ends the process on the spot.
+
+    Only the main thread may set a handler; the previous one comes back when the command ends, so
+    calling main() in a test or a notebook leaves the process as it was."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum, frame):
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides, rest = split_overrides(argv)
@@ -207,17 +234,19 @@ def main(argv: list[str] | None = None) -> int:
     if hasattr(args, "overrides"):
         args.overrides = overrides + args.overrides
     try:
-        code = args.handler(args) or 0
+        with _terminate_like_interrupt():
+            code = args.handler(args) or 0
     except PersalignError as exc:
         print(f"persalign: error: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # read-only folder, disk full, a directory where a file belongs: one line, not a traceback
         print(f"persalign: error: {os_problem(exc)}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("persalign: interrupted; completed batches are saved, re-run the same command to resume",
+    except KeyboardInterrupt as exc:
+        what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"
+        print(f"persalign: {what}; completed batches are saved, re-run the same command to resume",
               file=sys.stderr)
-        return 130
+        return 143 if isinstance(exc, Terminated) else 130
     return code
 
 
