@@ -79,13 +79,16 @@ def test_sigterm_stops_a_run_in_one_line_keeping_its_batches_and_a_resume_is_exa
     exit -15 (and left nothing said about resuming); now it unwinds like Ctrl-C, exit 143."""
     target = tmp_path / "run"
     argv = ["run", "demo-baselines", "-o", str(target), "seeds=[0]", "decoders=[{name: zero_shot}]"] + TINY[:-1]
-    child = subprocess.Popen([sys.executable, "-c", SLOW_AFTER_FIRST_BATCH] + argv, text=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             env={**os.environ, "PERSALIGN_CACHE": str(cache_dir)})
-    while child.stdout.readline().strip() != "stored a batch":
-        assert child.poll() is None, child.stderr.read()
-    child.send_signal(signal.SIGTERM)
-    _, err = child.communicate(timeout=60)
+    log = tmp_path / "stderr.txt"  # a file, not a pipe: progress bars can never fill a buffer and stall the child
+    with log.open("w") as stderr:
+        child = subprocess.Popen([sys.executable, "-c", SLOW_AFTER_FIRST_BATCH] + argv, text=True,
+                                 stdout=subprocess.PIPE, stderr=stderr,
+                                 env={**os.environ, "PERSALIGN_CACHE": str(cache_dir)})
+        while child.stdout.readline().strip() != "stored a batch":
+            assert child.poll() is None, log.read_text()
+        child.send_signal(signal.SIGTERM)
+        child.communicate(timeout=60)
+    err = log.read_text()
     assert child.returncode == 143, err
     assert err.splitlines()[-1] == ("persalign: terminated (SIGTERM); completed batches are saved, re-run the "
                                     "same command to resume"), err
