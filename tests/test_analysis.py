@@ -1,8 +1,7 @@
-"""Correlations on hand-checked values, degenerate inputs, reproducible bootstrap."""
+"""Correlations on hand-checked values, degenerate inputs, the correlation table, Finding 3 by hand."""
 
 import pytest
 
-from persalign.analysis.bootstrap import correlation_ci, metric_ci
 from persalign.analysis.correlations import correlate, correlate_all
 
 
@@ -35,48 +34,46 @@ def test_constant_or_too_few_inputs_say_why_instead_of_nan():
     assert few.value is None and "at least 3" in few.reason
 
 
-def test_bootstrap_is_reproducible_and_contains_the_mean():
-    means = {f"u{i}": float(i) for i in range(10)}
-    a, b = metric_ci(means, n_boot=500, seed=3), metric_ci(means, n_boot=500, seed=3)
-    assert a == b and a["low"] < a["mean"] < a["high"]
-    assert metric_ci(means, n_boot=500, seed=4) != a
+def test_correlation_table_gives_the_point_and_an_interval_only_where_the_methods_suffice():
+    from persalign.analysis.study import MethodResult, correlation_table
 
-
-def test_correlation_ci_with_few_methods_is_wide_and_counts_undefined_resamples():
     users = [f"u{i}" for i in range(8)]
-    x = [{u: m + 0.5 * (i % 3) for i, u in enumerate(users)} for m in range(3)]
-    y = [{u: (2 - m) + 0.3 * (i % 2) for i, u in enumerate(users)} for m in range(3)]
-    ci = correlation_ci(x, y, "kendall", n_boot=200, seed=0)
-    assert ci["point"].value == pytest.approx(-1.0)
-    assert ci["methods"] == 3 and ci["low"] <= ci["point"].value <= ci["high"]
-    assert ci == correlation_ci(x, y, "kendall", n_boot=200, seed=0)
+
+    def method(m):
+        return MethodResult(f"M{m}", "p", {}, m, 1, {"rm_accuracy": {u: 50.0 + m + (i % 3) for i, u in enumerate(users)},
+                                                    "policy_accuracy": {u: 60.0 - m + (i % 2) for i, u in enumerate(users)}})
+
+    three = correlation_table([method(m) for m in range(3)], "rm_accuracy", "policy_accuracy")
+    assert three["kendall"]["point"].value == pytest.approx(-1.0)
+    assert three["kendall"]["low"] is None and "needs 6" in three["kendall"]["reason"]
+    ten = correlation_table([method(m) for m in range(10)], "rm_accuracy", "policy_accuracy")
+    assert -1.0 <= ten["kendall"]["low"] <= ten["kendall"]["point"].value <= ten["kendall"]["high"] <= 1.0
+    assert ten["pearson"]["methods"] == 10 and ten["pearson"]["users"] == 8
 
 
-def test_finding3_chooses_both_bests_on_one_half_of_the_users_and_measures_them_on_the_other():
-    """Two reward methods of equal quality whose ranking differs between the halves: each half's users are
-    measured with the winners chosen on the OTHER half (analysis/paired.py), by hand here."""
+def test_finding3_measures_each_user_with_winners_chosen_on_the_other_half_by_hand():
+    """The vectorised cross-fitting equals a plain loop over the same splits: for every split and each half,
+    choose both winners on one half's means and measure them on the other half's users."""
     import numpy as np
 
-    from persalign.analysis.paired import halves
-    from persalign.analysis.study import MethodResult, best_minus_best
+    from persalign.analysis.paired import SPLITS, crossfit_means, split_masks
 
-    users = [f"u{i}" for i in range(8)]
     rng = np.random.default_rng(5)
-
-    def method(label, kind, values):
-        result = MethodResult(label, "p", kind, 0, 1)
-        result.user_means["rouge1"] = dict(zip(users, values))
-        return result
-
-    icl = method("ICL", "icl", 20 + rng.normal(0, 1, 8))
-    a, b = method("A", "args", 15 + rng.normal(0, 3, 8)), method("B", "args", 15 + rng.normal(0, 3, 8))
-    got = best_minus_best([icl], [a, b], "rouge1", seed=0)
-    x = {m.label: np.array([m.user_means["rouge1"][u] for u in users]) for m in (icl, a, b)}
-    differences, chosen = np.empty(8), []
-    for choose_on, measure_on in ((lambda h: (h[0], h[1]))(halves(8, 0)), (lambda h: (h[1], h[0]))(halves(8, 0))):
-        best = "A" if x["A"][choose_on].mean() >= x["B"][choose_on].mean() else "B"
-        differences[measure_on] = x["ICL"][measure_on] - x[best][measure_on]
-        chosen.append(("ICL", best))
-    assert got["mean"] == pytest.approx(differences.mean())
-    assert got["chosen"] == chosen and "cross-fitted" in got["selection"]
-    assert got["low"] < got["mean"] < got["high"] and got["users"] == 8
+    values = 20 + rng.normal(0, 3, (4, 9))
+    is_icl = np.array([True, False, True, False])
+    everyone = np.arange(9)[None]
+    masks = split_masks(everyone, 9, SPLITS, np.random.default_rng(0))
+    got, chosen = crossfit_means(values, values, is_icl, everyone, masks)
+    by_hand, picks = [], []
+    for first in masks[0]:
+        differences = np.empty(9)
+        for choose_on, measure_on in ((first, ~first), (~first, first)):
+            means = values[:, choose_on].mean(1)
+            icl = max((0, 2), key=lambda m: means[m])
+            reward = max((1, 3), key=lambda m: means[m])
+            differences[measure_on] = values[icl, measure_on] - values[reward, measure_on]
+            picks.append((icl, reward))
+        assert abs(int(first.sum()) - 9 / 2) <= 0.5
+        by_hand.append(differences.mean())
+    assert got[0] == pytest.approx(np.mean(by_hand))
+    assert sorted(map(tuple, chosen[0].tolist())) == sorted(picks)

@@ -31,7 +31,8 @@ def test_results_json_is_written_with_every_cell_its_ci_settings_costs_and_prove
     assert cells["PAL"]["counted_work"] and cells["Zero-Shot"]["counted_work"]
     summary = {d["deployment"]: d for d in results["deployments"]}
     pal = summary["PAL"]["metrics"]["policy_accuracy"]
-    assert pal["low"] <= pal["mean"] <= pal["high"] and pal["level"] == 0.95 and pal["users"] >= 2
+    assert pal["level"] == 0.95 and pal["users"] >= 2
+    assert pal["low"] <= pal["mean"] <= pal["high"] if pal["users"] >= 8 else "needs 8" in pal["reason"]
     assert pal["mean"] == pytest.approx(cells["PAL"]["policy_accuracy"])  # one seed: the cell is the summary
 
 

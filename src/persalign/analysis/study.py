@@ -12,8 +12,11 @@
   measured on the other, halves swapped; analysis/paired.py), with the
   smallest difference these users could detect and the users a 3-point gap needs.
 
-Per-user values average a method's seeds first, so every bootstrap resamples
-users and keeps each user's seeds together.
+Per-user values average a method's seeds first, so a user's seeds stay together.
+Intervals: analysis/intervals.py (means, correlations) and analysis/paired.py
+(Finding 3), each checked by simulation. An ARGS deployment whose chosen λ is 0
+in every seed is greedy decoding: it is labelled "METHOD (λ = 0: greedy)" and
+Finding 3 compares ICL with the best reward method that steers (λ > 0).
 
     python -c "from persalign.analysis.study import analyse; print(analyse('runs/news_category'))"
 """
@@ -26,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from persalign.analysis.bootstrap import correlation_ci, metric_ci, per_user_means
-from persalign.analysis.correlations import STATISTICS
+from persalign.analysis.correlations import STATISTICS, correlate
+from persalign.analysis.intervals import PERCENT, correlation_interval, difference_bounds, mean_interval
 from persalign.analysis.paired import crossfit_comparison
 from persalign.decoders.base import properties_of
 from persalign.runner.store import Cell, RunStore
@@ -38,16 +41,44 @@ ROW_COLUMNS = {"rm_accuracy": ("rm_correct", 100.0), "policy_accuracy": ("policy
                "win_rate": ("win", 100.0), "rouge1": ("rouge1", 1.0), "rougeL": ("rougeL", 1.0),
                "bertscore_f1": ("bertscore_f1", 1.0), "rouge1_gain": ("rouge1_gain", 1.0),
                "true_win_rate": ("true_win", 100.0), "bon_gain": ("bon_gain", 1.0)}
+# the range of each metric (an interval never leaves it); every other metric lies in [0, 100]
+BOUNDS = {"bertscore_f1": (-100.0, 100.0), "rouge1_gain": difference_bounds(PERCENT),
+          "bon_gain": difference_bounds(PERCENT)}
+SWITCHED_OFF = " (λ = 0: greedy)"
+
+
+def per_user_means(rows: list[dict], column: str) -> dict[str, float]:
+    values: dict[str, list[float]] = defaultdict(list)
+    for row in rows:
+        if row.get(column) is not None:
+            values[row["user"]].append(float(row[column]))
+    return {user: float(np.mean(v)) for user, v in values.items()}
+
+
+def display_labels(cells: list[dict]) -> dict[tuple[str, str], str]:
+    """(policy, stored decoder) -> the label reports show: an ARGS deployment whose chosen λ is 0 in every
+    seed is greedy decoding and says so; where only some seeds chose 0, the label counts them."""
+    lambdas: dict[tuple[str, str], list] = defaultdict(list)
+    for m in cells:
+        lambdas[(m["policy"], m["decoder"])].append((m.get("settings") or {}).get("lambda"))
+    labels = {}
+    for (policy, decoder), values in lambdas.items():
+        zeros = sum(v == 0 for v in values if v is not None)
+        suffix = SWITCHED_OFF if zeros and zeros == len(values) else (
+            f" (λ = 0 in {zeros} of {len(values)} seeds)" if zeros else "")
+        labels[(policy, decoder)] = decoder + suffix
+    return labels
 
 
 @dataclass
 class MethodResult:
-    label: str
+    label: str  # as reports show it (display_labels)
     policy: str
     properties: dict  # the deployment's declared properties (decoders/base.py DeploymentProperties)
     index: int
     seeds: int
     user_means: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> {user: value}
+    switched_off: bool = False  # ARGS with λ = 0 in every seed: greedy decoding, the reward unused
 
     @property
     def decodes_with_learnt_part(self) -> bool:
@@ -86,6 +117,7 @@ def load_results(run_dir: str | Path) -> dict[str, list[MethodResult]]:
     """Per policy model, every method / baseline with its seed-averaged per-user metric values."""
     store = RunStore(run_dir)
     metrics = store.all_metrics()
+    labels = display_labels(metrics)
     grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for m in metrics:
         grouped[(m["policy"], m["decoder"])].append(m)
@@ -98,7 +130,9 @@ def load_results(run_dir: str | Path) -> dict[str, list[MethodResult]]:
                         zero_shot[policy][row["id"]] = row["rouge1"]
     results: dict[str, list[MethodResult]] = defaultdict(list)
     for (policy, label), cells in grouped.items():
-        result = MethodResult(label, policy, properties_of(cells[0]), cells[0].get("decoder_index", 0), len(cells))
+        shown = labels[(policy, label)]
+        result = MethodResult(shown, policy, properties_of(cells[0]), cells[0].get("decoder_index", 0), len(cells),
+                              switched_off=shown.endswith(SWITCHED_OFF))
         per_seed: dict[str, list[dict[str, float]]] = defaultdict(list)
         for m in cells:
             rows = _rows_with_gain(store.read_rows(Cell(policy, label, m["seed"])), zero_shot[policy])
@@ -114,14 +148,21 @@ def load_results(run_dir: str | Path) -> dict[str, list[MethodResult]]:
     return dict(results)
 
 
-def correlation_table(methods: list[MethodResult], x: str, y: str, n_boot: int, seed: int) -> dict:
-    """{statistic: correlation_ci result} across the methods that have both metrics."""
+def correlation_table(methods: list[MethodResult], x: str, y: str) -> dict:
+    """{statistic: {"point", "low", "high", "reason", ...}} across the methods that have both metrics,
+    each method's value its mean over the users both metrics share."""
     usable = [m for m in methods if m.user_means.get(x) and m.user_means.get(y)]
     if len(usable) < 1:
         return {s: None for s in STATISTICS}
-    means_x = [m.user_means[x] for m in usable]
-    means_y = [m.user_means[y] for m in usable]
-    return {s: correlation_ci(means_x, means_y, s, n_boot=n_boot, seed=seed) for s in STATISTICS}
+    users = sorted(set.intersection(*(set(m.user_means[x]) & set(m.user_means[y]) for m in usable)))
+    mean_of = lambda m, metric: float(np.mean([m.user_means[metric][u] for u in users])) if users else np.nan  # noqa: E731
+    xs, ys = [mean_of(m, x) for m in usable], [mean_of(m, y) for m in usable]
+    table = {}
+    for statistic in STATISTICS:
+        point = correlate(xs, ys, statistic)
+        table[statistic] = {"point": point, **correlation_interval(statistic, point.value, point.n),
+                            "methods": len(usable), "users": len(users), "level": 0.95}
+    return table
 
 
 def best_minus_best(icl: list[MethodResult], reward: list[MethodResult], metric: str, seed: int,
@@ -141,9 +182,10 @@ def best_minus_best(icl: list[MethodResult], reward: list[MethodResult], metric:
         return None
     select = np.array([[m.user_means["rouge1"][u] for u in users] for m in candidates])  # (methods, users)
     value = np.array([[m.user_means[metric][u] for u in users] for m in candidates])
-    result = crossfit_comparison(select, value, np.array([m in icl for m in candidates]), seed, level)
+    result = crossfit_comparison(select, value, np.array([m in icl for m in candidates]), seed, level,
+                                 bounds=difference_bounds(BOUNDS.get(metric, PERCENT)))
     if result is not None:
-        result["chosen"] = [(candidates[i].label, candidates[r].label) for i, r in result["chosen"]]
+        result["chosen"] = [(candidates[i].label, candidates[r].label, share) for i, r, share in result["chosen"]]
     return result
 
 
@@ -157,29 +199,31 @@ class PolicyAnalysis:
     best_icl: MethodResult | None
     best_reward: MethodResult | None
     icl_minus_reward: dict[str, dict | None]
-    cis: dict[str, dict[str, dict]]  # label -> metric -> metric_ci
+    cis: dict[str, dict[str, dict]]  # label -> metric -> mean_interval
     bon_quality: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs ROUGE-1 at N_max
     bon_gain: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs ROUGE-1 gain from N=1 to N_max
+    switched_off: list[MethodResult] = field(default_factory=list)  # reward methods that chose λ = 0
 
 
-def analyse_policy(policy: str, methods: list[MethodResult], n_boot: int = 1000, seed: int = 0) -> PolicyAnalysis:
+def analyse_policy(policy: str, methods: list[MethodResult], seed: int = 0) -> PolicyAnalysis:
     reward = [m for m in methods if m.decodes_with_learnt_part]
     icl = [m for m in methods if m.uses_demonstrations]
-    vs_rouge = {x: correlation_table(reward, x, "rouge1", n_boot, seed)
-                for x in ("rm_accuracy", "policy_accuracy", "win_rate")}
-    icl, reward_gen = [m for m in icl if m.user_means.get("rouge1")], [m for m in reward if m.user_means.get("rouge1")]
+    vs_rouge = {x: correlation_table(reward, x, "rouge1") for x in ("rm_accuracy", "policy_accuracy", "win_rate")}
+    icl = [m for m in icl if m.user_means.get("rouge1")]
+    steering = [m for m in reward if m.user_means.get("rouge1") and not m.switched_off]
     by_rouge = lambda group: max(group, key=lambda m: m.mean("rouge1")) if group else None  # noqa: E731
-    best_icl, best_reward = by_rouge(icl), by_rouge(reward_gen)
-    differences = {metric: best_minus_best(icl, reward_gen, metric, seed) for metric, _ in GENERATION_METRICS}
-    cis = {m.label: {metric: metric_ci(values, n_boot=n_boot, seed=seed)
+    best_icl, best_reward = by_rouge(icl), by_rouge(steering)
+    differences = {metric: best_minus_best(icl, steering, metric, seed) for metric, _ in GENERATION_METRICS}
+    cis = {m.label: {metric: mean_interval(list(values.values()), BOUNDS.get(metric, PERCENT))
                      for metric, values in m.user_means.items() if values} for m in methods}
     bon = [m for m in methods if m.reranks_samples]
-    return PolicyAnalysis(policy, methods, correlation_table(reward, "rm_accuracy", "policy_accuracy", n_boot, seed),
-                          vs_rouge, correlation_table(reward, "win_rate", "rouge1_gain", n_boot, seed),
+    return PolicyAnalysis(policy, methods, correlation_table(reward, "rm_accuracy", "policy_accuracy"),
+                          vs_rouge, correlation_table(reward, "win_rate", "rouge1_gain"),
                           best_icl, best_reward, differences, cis,
-                          correlation_table(bon, "rm_accuracy", "rouge1", n_boot, seed) if bon else {},
-                          correlation_table(bon, "rm_accuracy", "bon_gain", n_boot, seed) if bon else {})
+                          correlation_table(bon, "rm_accuracy", "rouge1") if bon else {},
+                          correlation_table(bon, "rm_accuracy", "bon_gain") if bon else {},
+                          [m for m in reward if m.switched_off])
 
 
-def analyse(run_dir: str | Path, n_boot: int = 1000, seed: int = 0) -> list[PolicyAnalysis]:
-    return [analyse_policy(policy, methods, n_boot, seed) for policy, methods in load_results(run_dir).items()]
+def analyse(run_dir: str | Path, seed: int = 0) -> list[PolicyAnalysis]:
+    return [analyse_policy(policy, methods, seed) for policy, methods in load_results(run_dir).items()]

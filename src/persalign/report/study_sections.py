@@ -2,8 +2,10 @@
 
 Every number comes from `analysis.study.analyse(run_dir)` (stored rows only);
 every sentence in "Findings" is generated from those numbers, with its CI.
-Bracketed ranges are 95% bootstrap CIs over adaptation users; correlations
-across few methods get wide intervals, and undefined ones say why.
+Bracketed ranges are 95% intervals whose procedures are checked by simulation
+(analysis/intervals.py, analysis/paired.py); where no procedure reaches its
+stated coverage (too few users or methods) no interval is printed and the
+cell says why.
 
     persalign report runs/study_news          # includes these sections
 """
@@ -14,6 +16,7 @@ import math
 
 import numpy as np
 
+from persalign.analysis.intervals import why_none
 from persalign.analysis.study import GENERATION_METRICS, PolicyAnalysis
 
 SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
@@ -22,6 +25,8 @@ SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendal
 def with_ci(ci: dict | None, digits: int = 2) -> str:
     if not ci or ci.get("mean") is None or math.isnan(ci["mean"]):
         return "-"
+    if ci.get("low") is None:
+        return f"{ci['mean']:.{digits}f} (no interval: {why_none(ci)})"
     return f"{ci['mean']:.{digits}f} [{ci['low']:.{digits}f}, {ci['high']:.{digits}f}]"
 
 
@@ -31,7 +36,7 @@ def correlation_cell(result: dict | None) -> str:
     point = result["point"]
     if point.value is None:
         return f"n/a ({point.reason})"
-    interval = "CI undefined" if result["low"] is None else f"[{result['low']:+.2f}, {result['high']:+.2f}]"
+    interval = "(no interval)" if result["low"] is None else f"[{result['low']:+.2f}, {result['high']:+.2f}]"
     return f"{point.value:+.2f} {interval} (n={point.n})"
 
 
@@ -102,22 +107,30 @@ def table6(analyses: list[PolicyAnalysis]) -> str:
 
 
 def winners(diff: dict) -> tuple[str, str]:
-    """The cross-fitted winners (ICL, reward method), each half's where the halves chose differently."""
-    (icl_a, reward_a), (icl_b, reward_b) = diff["chosen"]
-    name = lambda a, b: a if a == b else f"{a} on one half of the users, {b} on the other"  # noqa: E731
-    return name(icl_a, icl_b), name(reward_a, reward_b)
+    """The cross-fitted winners (ICL, reward method): the most often chosen, with the share of half-splits
+    that chose each where it is not all of them."""
+    shares: list[dict] = [{}, {}]
+    for icl, reward, share in diff["chosen"]:
+        for side, label in zip(shares, (icl, reward)):
+            side[label] = side.get(label, 0.0) + share
+    return _most_chosen(shares[0]), _most_chosen(shares[1])
+
+
+def _most_chosen(shares: dict[str, float]) -> str:
+    best = max(shares, key=shares.get)
+    return best if shares[best] > 0.999 else f"{best}, chosen in {100 * shares[best]:.0f}% of half-splits"
 
 
 def interval_text(diff: dict, unit: str = "") -> str:
     if diff.get("low") is None:
-        return f"{diff['mean']:+.2f}{unit} [interval undefined: {diff['users']} users, cross-fitting needs 4+]"
+        return f"{diff['mean']:+.2f}{unit} [no interval: {diff.get('reason') or 'undefined'}]"
     return f"{diff['mean']:+.2f}{unit} [{diff['low']:+.2f}, {diff['high']:+.2f}]"
 
 
 def power_text(diff: dict, title: str = "ROUGE-1") -> str:
     """The smallest difference these users detect (80 % power) and the users a `gap`-point gap needs."""
     if not np.isfinite(diff.get("detectable", float("nan"))):
-        return f"with {diff['users']} users no detectable difference can be stated (cross-fitting needs 4+ users)"
+        return f"with {diff['users']} users no detectable difference can be stated ({diff.get('reason') or 'no spread'})"
     needed = diff.get("users_needed")
     need = (f"a {diff['gap']:g}-point gap needs ≈ {needed} users" if needed else
             f"no number of users detects a {diff['gap']:g}-point gap at this spread")
@@ -146,7 +159,8 @@ def finding3(analysis: PolicyAnalysis) -> str:
     return _table(header, rows) + (
         f"\n\nThe two columns of means are over all users. The difference is {diff['selection']} "
         f"(winners: {icl}; {reward}), so no user's difference is measured with winners chosen on that user; "
-        "choosing and measuring on the same users gives too many intervals that exclude 0. "
+        "choosing and measuring on the same users gives too many intervals that exclude 0. Reward methods that "
+        "chose λ = 0 are greedy decoding and are not candidates. "
         "Detectable: the smallest true difference this interval finds with 80% power (α = 0.05).")
 
 

@@ -1,17 +1,19 @@
 """The verdict a practitioner can act on: deployments ranked by how close they write to the users' own text.
 
 For each policy: every deployment with its ROUGE-1 against the users' own
-text and its policy accuracy (95% bootstrap CIs over adaptation users), its
-paired ROUGE-1 difference from greedy (zero-shot) with the smallest difference
-these users could detect (80% power), and what it costs, COUNTED
+text and its policy accuracy (95% intervals over adaptation users,
+analysis/intervals.py), its paired ROUGE-1 difference from greedy (zero-shot)
+with the smallest difference these users could detect (80% power), and what it
+costs, COUNTED
 (persalign/cost.py): generation FLOPs per output ÷ greedy's, and adaptation
 FLOPs per new user, with measured seconds beside them. Counted costs are a
 property of the method (two deployments writing the same outputs the same way
 cost the same, whatever ran first or beside them); seconds are not. The
 Pareto front (no other deployment both closer to the users' text and cheaper)
 uses the counted cost. The sentence under the table is generated from these
-numbers, with the cross-fitted "best ICL − best reward method" interval
-(analysis/paired.py); where it includes 0 it says the data cannot separate them.
+numbers, with the cross-fitted "best ICL − best reward method that steers
+(λ > 0)" interval (analysis/paired.py); where it includes 0 it says the data
+cannot separate them, and it counts the reward methods that chose λ = 0.
 
     persalign report runs/demo/demo   # the verdict opens every report with generations
 """
@@ -23,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from persalign.analysis.paired import detectable_difference, t_interval
+from persalign.analysis.intervals import PERCENT, difference_bounds, mean_interval, why_none
+from persalign.analysis.power import mean_detectable_difference
 from persalign.analysis.study import PolicyAnalysis
 from persalign.report.study_sections import interval_text, power_text, winners
 from persalign.runner.store import RunStore
@@ -39,6 +42,7 @@ class VerdictRow:
     seconds_per_output: float | None  # measured generation seconds per output (beside the count, not ranked on)
     versus_greedy: dict | None = None  # paired ROUGE-1 difference from zero-shot with its detectable difference
     pareto: bool = False
+    switched_off: bool = False  # ARGS with λ = 0 in every seed: greedy decoding
 
 
 def _counted_flops(cells: pd.DataFrame) -> float | None:
@@ -66,15 +70,15 @@ def _adaptation(cells: pd.DataFrame) -> dict | None:
 
 
 def _versus_greedy(method, reference) -> dict | None:
-    """Paired (same users) ROUGE-1 difference from zero-shot: t interval and the detectable difference."""
+    """Paired (same users) ROUGE-1 difference from zero-shot: its interval and the detectable difference."""
     if reference is None or method is reference:
         return None
     mine, base = method.user_means.get("rouge1", {}), reference.user_means.get("rouge1", {})
     users = sorted(set(mine) & set(base))
     if len(users) < 2:
         return None
-    mean, half, sd = t_interval(np.array([mine[u] - base[u] for u in users]))
-    return {"mean": mean, "low": mean - half, "high": mean + half, "detectable": detectable_difference(sd, len(users))}
+    result = mean_interval([mine[u] - base[u] for u in users], difference_bounds(PERCENT))
+    return {**result, "detectable": mean_detectable_difference(result.get("sd", 0.0), len(users))}
 
 
 def verdict_rows(store: RunStore, frame: pd.DataFrame, analysis: PolicyAnalysis) -> list[VerdictRow]:
@@ -92,7 +96,8 @@ def verdict_rows(store: RunStore, frame: pd.DataFrame, analysis: PolicyAnalysis)
         rows.append(VerdictRow(method.label, quality, analysis.cis[method.label].get("policy_accuracy"),
                                _adaptation(cells) if method.properties.get("learns_from_pairs") else None,
                                flops / greedy if flops is not None and greedy else None,
-                               _seconds_per_output(cells), _versus_greedy(method, reference)))
+                               _seconds_per_output(cells), _versus_greedy(method, reference),
+                               switched_off=method.switched_off))
     rows.sort(key=lambda r: -r.quality["mean"])
     for row in rows:
         row.pareto = row.relative_cost is not None and not any(
@@ -104,13 +109,21 @@ def verdict_rows(store: RunStore, frame: pd.DataFrame, analysis: PolicyAnalysis)
 
 
 def _ci(ci: dict | None) -> str:
-    return "-" if not ci else f"{ci['mean']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"
+    if not ci:
+        return "-"
+    if ci.get("low") is None:
+        return f"{ci['mean']:.2f} (no interval: {why_none(ci)})"
+    return f"{ci['mean']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"
 
 
-def _versus(d: dict | None) -> str:
+def _versus(d: dict | None, switched_off: bool = False) -> str:
+    if switched_off:
+        return "= greedy (λ = 0)"
     if not d:
         return "–"
     detectable = f"{d['detectable']:.1f}" if np.isfinite(d["detectable"]) else "-"
+    if d.get("low") is None:
+        return f"{d['mean']:+.2f} (no interval: {why_none(d)}) ({detectable})"
     return f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] ({detectable})"
 
 
@@ -128,9 +141,20 @@ def verdict_table(rows: list[VerdictRow]) -> str:
     for rank, r in enumerate(rows, 1):
         cost = "-" if r.relative_cost is None else f"{r.relative_cost:.2f}×"
         seconds = "-" if r.seconds_per_output is None else f"{r.seconds_per_output:.3f}"
-        lines.append(f"| {rank} | {r.label} | {_ci(r.quality)} | {_versus(r.versus_greedy)} | "
+        lines.append(f"| {rank} | {r.label} | {_ci(r.quality)} | {_versus(r.versus_greedy, r.switched_off)} | "
                      f"{_ci(r.policy_accuracy)} | {_adapt(r.adapt)} | {cost} | {seconds} | {'★' if r.pareto else ''} |")
     return "\n".join(lines)
+
+
+def switched_off_text(analysis: PolicyAnalysis) -> str:
+    """How many reward methods chose λ = 0 (their deployment is greedy decoding), or ''."""
+    off = analysis.switched_off
+    if not off:
+        return ""
+    total = len([m for m in analysis.methods if m.decodes_with_learnt_part])
+    names = ", ".join(m.label.removesuffix(" (λ = 0: greedy)") for m in off)
+    return (f" {len(off)} of {total} reward methods ({names}) chose λ = 0: the reward switched off, greedy "
+            "decoding.")
 
 
 def verdict_sentence(rows: list[VerdictRow], analysis: PolicyAnalysis) -> str:
@@ -138,21 +162,22 @@ def verdict_sentence(rows: list[VerdictRow], analysis: PolicyAnalysis) -> str:
     top = rows[0]
     cost = f", at {top.relative_cost:.1f}× the counted cost of greedy" if top.relative_cost is not None else ""
     difference = analysis.icl_minus_reward.get("rouge1")
+    off = switched_off_text(analysis)
     if not difference or analysis.best_icl is None or analysis.best_reward is None:
-        return f"For these users, {top.label} writes closest to their own text (ROUGE-1 {_ci(top.quality)}){cost}."
+        return f"For these users, {top.label} writes closest to their own text (ROUGE-1 {_ci(top.quality)}){cost}.{off}"
     icl, reward = winners(difference)
     interval = interval_text(difference, " ROUGE-1")
     power = f". Cross-fitted (winners chosen on one half of the users, measured on the other); {power_text(difference)}"
     low, high = difference["low"], difference["high"]
     if low is not None and low > 0:
         return (f"For these users, {top.label} writes closest to their own text{cost}; the best ICL variant "
-                f"({icl}) beats the best reward method ({reward}) by {interval}{power}.")
+                f"({icl}) beats the best reward method that steers ({reward}) by {interval}{power}.{off}")
     if high is not None and high < 0:
         return (f"For these users, {top.label} writes closest to their own text{cost}; the best reward method "
-                f"({reward}) beats the best ICL variant ({icl}): ICL − reward = {interval}{power}.")
+                f"that steers ({reward}) beats the best ICL variant ({icl}): ICL − reward = {interval}{power}.{off}")
     return (f"For these users, {top.label} has the highest ROUGE-1{cost}, but the data cannot separate the best "
-            f"ICL variant ({icl}) from the best reward method ({reward}): {interval}"
-            f"{' includes 0' if low is not None else ''}{power}.")
+            f"ICL variant ({icl}) from the best reward method that steers ({reward}): {interval}"
+            f"{' includes 0' if low is not None else ''}{power}.{off}")
 
 
 def verdict_section(store: RunStore, frame: pd.DataFrame, analyses: list[PolicyAnalysis]) -> list[str]:
@@ -163,8 +188,9 @@ def verdict_section(store: RunStore, frame: pd.DataFrame, analyses: list[PolicyA
             continue
         parts += ["", f"## Verdict: which deployment to use for these users ({analysis.policy})", "",
                   verdict_table(rows), "", verdict_sentence(rows, analysis), "",
-                  "ROUGE-1 and policy accuracy: means over adaptation users with 95% bootstrap CIs. Δ vs greedy: "
-                  "the paired ROUGE-1 difference from zero-shot on the same users (t interval), and in brackets "
+                  "ROUGE-1 and policy accuracy: means over adaptation users with 95% intervals (Hall's "
+                  "skewness-corrected t, clipped to the metric's range; none below 8 users). Δ vs greedy: "
+                  "the paired ROUGE-1 difference from zero-shot on the same users (the same interval), and in brackets "
                   "the smallest difference these users detect with 80% power (α = 0.05). Costs are COUNTED work, "
                   "not seconds (persalign/cost.py): generation FLOPs per output (prompt prefill, decode steps, "
                   "ARGS's k candidate tokens per step, Best-of-N's N samples and the RM reading them) ÷ "
