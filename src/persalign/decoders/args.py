@@ -1,7 +1,8 @@
 """ARGS deployment of a trained reward model (paper Eq. 1; policy accuracy Eq. 5-6; win rate Table 5).
 
 Per cell (method × policy × seed) λ is chosen once (decoders/args_lambda.py,
-appendix F.2) and kept in the cell folder as lambda.json. Per batch of query
+appendix F.2) and kept in the cell folder as lambda.json. A chosen λ of 0
+switches the reward off: the cell decodes greedily and counts greedy's work. Per batch of query
 examples: ARGS generation with the user's reward, policy accuracy with
 s_RGD = Σ log π + λ Σ r_t, RM accuracy (Eq. 2), and the win rate of the ARGS
 output over the zero-shot output under the method's own RM.
@@ -19,8 +20,8 @@ from persalign.decoders.args_lambda import choose_lambda
 from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
 )
-from persalign.cost import args_work, reward_shapes, text_args_work
-from persalign.decoding import clean_generation
+from persalign.cost import args_work, greedy_work, reward_shapes, text_args_work
+from persalign.decoding import clean_generation, decode_from, greedy, prefill
 from persalign.files import DamagedFileError, fields, read_json, set_aside, write_atomic
 from persalign.metrics.ranking import pair_outcome
 from persalign.registry import register_decoder
@@ -68,8 +69,9 @@ class ArgsDeployment(TrainedDeployment):
         return plain_prompts(self.formatter, examples)
 
     def generate(self, batch: PreparedBatch) -> Generated:
+        if self.lam == 0:
+            return self._greedy(batch)
         guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, self.args.top_k)
-        # decoded even at λ = 0 (unlike the λ choice): the cell's generation seconds are its cost in the verdict
         max_new = self.generation.max_new_tokens
         stats: dict = {}
         ids = args_decode(self.lm, guide, batch.prompts, max_new, stats=stats)
@@ -82,6 +84,16 @@ class ArgsDeployment(TrainedDeployment):
                     for p, row in zip(batch.prompts, ids)]
         return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids],
                          columns=work)
+
+    def _greedy(self, batch: PreparedBatch) -> Generated:
+        """λ = 0 switches the reward off: ARGS's choice is the argmax of log π, so it decodes as greedy does
+        (one engine) and counts greedy's work; no candidate needs a reward."""
+        max_new = self.generation.max_new_tokens
+        ids = decode_from(self.lm, prefill(self.lm, batch.prompts), greedy, max_new)
+        shape = self.ctx.policy.shape
+        return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids],
+                         columns=[greedy_work(shape, len(p), len(row), max_new).columns()
+                                  for p, row in zip(batch.prompts, ids)])
 
     def score_pairs(self, batch: PreparedBatch, generated: Generated | None) -> PairScores:
         users, prompts, n = batch.users, batch.prompts, len(batch.examples)
