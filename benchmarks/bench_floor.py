@@ -99,16 +99,17 @@ def run_work(run_dir: Path) -> dict:
 
 def metered_flops(run_dir: Path) -> dict[str, float]:
     """FLOPs the run metered per stage (names as the report's cost table); empty for runs without a meter."""
+    from persalign.report.markdown import distinct_trainings
+
     totals: Counter = Counter()
-    for path in sorted(run_dir.glob("cells/*/*/*/metrics.json")):
-        metrics = json.loads(path.read_text())
+    cells = [json.loads(path.read_text()) for path in sorted(run_dir.glob("cells/*/*/*/metrics.json"))]
+    for metrics in cells:
         for key, value in (metrics.get("stage_flops") or {}).items():
             totals[key.removesuffix("_flops")] += value
-        settings = metrics.get("settings") or {}
-        training = settings.get("training") or {}
-        totals["features"] += training.get("features_flops") or 0.0
+        totals["λ choice"] += (metrics.get("settings") or {}).get("lambda_flops") or 0.0
+    for training in distinct_trainings([m.get("settings") for m in cells], [m.get("seed") for m in cells]):
+        totals["features"] += training.get("features_flops") or 0.0  # each trained model once (ARGS + Best-of-N)
         totals[TRAINING] += training.get("training_flops") or 0.0  # fit and adaptation, metered together
-        totals["λ choice"] += settings.get("lambda_flops") or 0.0
     return {k: v for k, v in totals.items() if v}
 
 

@@ -5,13 +5,14 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from persalign.analysis.study import analyse
+from persalign.analysis.study import analyse, display_labels
 from persalign.decoders.base import properties_of
 from persalign.report.results import write_results
 from persalign.report.study_sections import study_sections
@@ -37,10 +38,13 @@ def mean_std(values: list[float]) -> str:
 
 
 def results_frame(store: RunStore) -> pd.DataFrame:
+    """One row per stored cell; `decoder` is the label reports show (analysis.study.display_labels)."""
     records = store.all_metrics()
     if not records:
         return pd.DataFrame()
-    return pd.DataFrame(records).assign(properties=[properties_of(r) for r in records])
+    labels = display_labels(records)
+    return pd.DataFrame(records).assign(properties=[properties_of(r) for r in records],
+                                        decoder=[labels[(r["policy"], r["decoder"])] for r in records])
 
 
 def metric_settings(frame: pd.DataFrame) -> dict:
@@ -128,10 +132,22 @@ def _stage_names(frame: pd.DataFrame) -> list[str]:
     return timed + [name for name, _ in TRAINING_STAGES] + ["λ choice"]
 
 
+def distinct_trainings(settings: list, seeds: list) -> list[dict]:
+    """The training records of the given cells, each trained model once: a method deployed with ARGS and
+    with Best-of-N is trained once and both cells carry the same record (measured seconds make it unique)."""
+    seen: dict[str, dict] = {}
+    for record, seed in zip(settings, seeds):
+        training = record.get("training") if isinstance(record, dict) else None
+        if isinstance(training, dict):
+            seen.setdefault(json.dumps([seed, training], sort_keys=True, default=str), training)
+    return list(seen.values())
+
+
 def _stage_seconds(rows: pd.DataFrame, names: list[str]) -> list[float]:
-    """Seconds per stage (in `names` order) summed over the given cells' timing records."""
+    """Seconds per stage (in `names` order) summed over the given cells' timing records; shared training,
+    adaptation and features counted once."""
     settings = [r if isinstance(r, dict) else {} for r in rows["settings"]]
-    training = [r.get("training", {}) for r in settings]
+    training = distinct_trainings(settings, list(rows["seed"]))
     keys = dict(TRAINING_STAGES)
     values = []
     for name in names:
@@ -165,7 +181,8 @@ def cost_table(frame: pd.DataFrame) -> str:
                      + (f"{caps[0]} steps" if caps else "-") + " |")
     totals = _stage_seconds(frame, names)
     lines.append(f"| all | total ({sum(totals) / 60:.1f} min) | " + " | ".join(f"{v:.0f}" for v in totals) + " | | |")
-    return "\n".join(lines)
+    return "\n".join(lines) + ("\n\nA method deployed more than once (ARGS and Best-of-N) is trained once: its row "
+                               "shows its training, the total counts it once.")
 
 
 def method_settings(frame: pd.DataFrame) -> list[str]:
