@@ -6,26 +6,35 @@ Split from the bad-input suite; run: pytest tests/test_batch_invariance.py
 import pytest
 
 from persalign.runner.run import run
+from persalign.runner.store import Cell
 from tests.bad_input_helpers import QUIET
 from tests.test_runner import tiny_config
 
-RATES = ("policy_accuracy", "policy_ties", "rm_accuracy", "rm_ties", "win_rate", "win_ties")
+RATES = ("policy_accuracy", "policy_ties", "rm_accuracy", "rm_ties", "win_rate", "win_ties", "rouge1")
 
 
 @pytest.mark.parametrize("lam", [0.0, 1.0])
-def test_every_reported_rate_is_identical_at_batch_sizes_1_4_and_16(tmp_path, cache_dir, lam):
+def test_every_deployment_reports_the_same_at_batch_sizes_1_3_and_12(tmp_path, cache_dir, lam):
     """Float sums differ with the padding of a batch; ties are decided with a tolerance, so rates do not.
-    At λ = 0 ARGS writes the zero-shot output, so every win-rate pair is a tie of two identical texts
-    scored at different positions of a batch."""
-    rates = {}
-    for batch in (1, 4, 16):
-        config = tiny_config("seeds=[0]", "decoders=[{name: zero_shot}]", f"generation.batch_size={batch}",
+    Every deployment kind (Best-of-N included: its samples were once drawn per batch, so its ROUGE-1 and
+    counted cost moved with the batch size) gives the same rates, ROUGE-1, counted cost and outputs.
+    At λ = 0 ARGS writes the zero-shot output, so every win-rate pair is a tie of two identical texts."""
+    rates, outputs = {}, {}
+    for batch in (1, 3, 12):
+        config = tiny_config("seeds=[0]", "decoders=[{name: zero_shot}, {name: icl, shots: 2}, "
+                             "{name: icl_rag, shots: 2}]", f"generation.batch_size={batch}",
                              "methods=[{name: global_rm}]", "reward.epochs=1", "args.selection=fixed",
-                             f"args.fixed_lambda={lam}")
+                             f"args.fixed_lambda={lam}", "best_of_n.enabled=true", "best_of_n.ns=[1,2]")
         store = run(config, tmp_path / f"b{batch}", **QUIET)
-        rates[batch] = {(m["decoder"], k): m[k] for m in store.all_metrics() for k in RATES if k in m}
-    assert len(rates[1]) >= 6
-    assert rates[1] == rates[4] == rates[16]
+        cells = store.all_metrics()
+        rates[batch] = {(m["decoder"], k): m[k] for m in cells for k in RATES if k in m}
+        rates[batch].update({(m["decoder"], "cost"): m["counted_work"]["flops_per_output"] for m in cells})
+        outputs[batch] = {(m["decoder"], r["id"]): r["generation"] for m in cells
+                          for r in store.read_rows(Cell(m["policy"], m["decoder"], m["seed"]))}
+    assert {decoder for decoder, _ in rates[1]} == {"Zero-Shot", "ICL (2-shot)", "ICL-RAG (2-shot)", "Global RM",
+                                                    "Global RM (Best-of-N)"}
+    assert rates[1] == rates[3] == rates[12]
+    assert outputs[1] == outputs[3] == outputs[12]
     if lam == 0.0:
         assert rates[1][("Global RM", "win_ties")] == 100.0
 

@@ -76,8 +76,12 @@ def map_batched(items: Sequence[T], lengths: Sequence[int], run_batch: Callable[
     return results
 
 
-def fixed_groups(items: Sequence[T], size: int) -> list[list[T]]:
-    """`items` in data order, `size` at a time: for work whose result must not depend on any plan."""
+FIXED_GROUP = 8  # items per fixed group: not a setting, so no setting (batch size) can move a result
+
+
+def fixed_groups(items: Sequence[T], size: int = FIXED_GROUP) -> list[list[T]]:
+    """`items` in data order, `size` at a time: for work whose result must not depend on any plan
+    or setting (Best-of-N's samples, the generation metrics' forwards)."""
     return [list(items[start : start + size]) for start in range(0, len(items), size)]
 
 

@@ -7,10 +7,11 @@ N share one sample set, as the benchmark does, so quality-vs-N curves are
 not confounded by resampling. The samples of each query prompt are drawn
 ONCE per policy × seed (seeded, stored in RUN_DIR/samples/POLICY/seed-N.jsonl
 with their ROUGE / BERTScore against the user's text when there is one) and
-reused by every method. Samples are drawn in fixed groups of query items
-(`draws`: the run's examples in data order, batch_size at a time), never in the
-evaluator's batches: a sampled text then does not depend on how a cell is batched
-(the token budget, the prompt lengths of another deployment).
+reused by every method. Each sample row has its own generator, seeded by
+(seed, query id, sample index), and samples are drawn in fixed groups of query
+items (`draws`: the run's examples in data order, FIXED_GROUP at a time), never
+in the evaluator's batches: a sampled text then depends on neither the batch
+size nor how a cell is batched (the token budget, another deployment's prompts).
 
     python -c "from persalign.decoders.best_of_n_samples import nested_best; print(nested_best([[0.1, 0.9, 0.3, 0.5]], [1, 2, 4]))"
 """
@@ -28,16 +29,25 @@ from persalign.files import set_aside, short, write_atomic
 from persalign.metrics.generation import score_generations
 
 
-def sampler(seed: int, key: str, temperature: float = 1.0):
-    """A chooser that samples from softmax(logprobs / T) with a generator fixed by (seed, key)."""
-    digest = int(hashlib.sha1(key.encode("utf-8")).hexdigest()[:12], 16)
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + digest)
+def sampler(seed: int, keys: list[str], temperature: float = 1.0):
+    """A chooser that samples row i from softmax(logprobs / T) with a generator fixed by (seed, keys[i]):
+    a row's tokens do not depend on which other rows share its batch."""
+    generators = []
+    for key in keys:
+        digest = int(hashlib.sha1(key.encode("utf-8")).hexdigest()[:12], 16)
+        generators.append(torch.Generator().manual_seed(seed * 1_000_003 + digest))
 
     def choose(logprobs: torch.Tensor, step: int) -> torch.Tensor:
         probs = torch.softmax(logprobs.float().cpu() / max(temperature, 1e-6), dim=-1)
-        return torch.multinomial(probs, 1, generator=generator).squeeze(1).to(logprobs.device)
+        picks = [torch.multinomial(row, 1, generator=g) for row, g in zip(probs, generators)]
+        return torch.cat(picks).to(logprobs.device)
 
     return choose
+
+
+def sample_keys(example_ids: list[str], n: int) -> list[str]:
+    """One generator key per sample row, prompt-major as `sample_responses` lays them out."""
+    return [f"{example_id}#{k}" for example_id in example_ids for k in range(n)]
 
 
 def sample_responses(policy, prompts: list[list[int]], n: int, max_new_tokens: int, choose) -> list[list[str]]:
@@ -110,7 +120,7 @@ class SampleStore:
     def _draw(self, missing: list, seed: int, known: dict) -> None:
         prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in missing]
         n = max(self.bon.ns)
-        choose = sampler(seed, missing[0].id, self.bon.temperature)
+        choose = sampler(seed, sample_keys([ex.id for ex in missing], n), self.bon.temperature)
         texts = sample_responses(self.policy, prompts, n, self.max_new_tokens, choose)
         path = self.path(seed)
         path.parent.mkdir(parents=True, exist_ok=True)

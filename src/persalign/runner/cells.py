@@ -89,7 +89,7 @@ def policy_context(run_ctx: RunContext, lm) -> PolicyContext:
     budget = prompt_budget(config.generation.max_prompt_tokens, config.generation.max_new_tokens,
                            context_length(lm.model.config))
     formatter = PromptFormatter(lm.tokenizer, run_ctx.dataset.task, budget)
-    draws = fixed_groups(run_ctx.examples, config.generation.batch_size)  # not the cells' batches
+    draws = fixed_groups(run_ctx.examples)  # neither the cells' batches nor the batch size
     samples = SampleStore(run_ctx.store.root, lm, formatter, run_ctx.metrics, config.best_of_n,
                           config.generation.max_new_tokens, draws)
     policy = PolicyContext(run_ctx, lm, formatter, samples)

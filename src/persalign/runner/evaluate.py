@@ -91,7 +91,7 @@ def score_finished_cell(run, rows: list[dict]) -> tuple[list[dict], dict]:
     columns, timings = [c for metric in run.metrics for c in metric.columns], {"batch": "metrics"}
     todo = [r for r in rows if r.get("generation") is not None and not all(c in r for c in columns)]
     with timed(timings, "metrics_s"):
-        for group in fixed_groups(todo if run.generates else [], run.config.generation.batch_size):
+        for group in fixed_groups(todo if run.generates else []):
             scores = score_generations(run.metrics, [r["generation"] for r in group], [r["reference"] for r in group])
             for row, score in zip(group, scores):
                 row.update(score)
