@@ -1,12 +1,8 @@
 """How far a finished run's generation is from what this machine allows (issue #31, point 1, first part).
 
 The floor of a stage is its counted work divided by the rate this machine reaches on the same kind of
-work, measured here, in the same process, on the same model:
-
-- `matmul`: a 2048² fp32 matrix product (the machine's practical peak);
-- `prefill`: one forward of the policy over a batch of long prompts (compute-bound);
-- `decode`: greedy decode steps of a batch after a prefill (one token per row per forward);
-- `candidates`: ARGS's tree forward of k candidate tokens per row on a cached prefix.
+work, measured here, in the same process, on the same model (`persalign.machine_rates`: matmul, prefill,
+decode, ARGS candidates).
 
 Generation's work per part comes from the run's stored counted work (`counted_work` of every cell:
 prompt tokens prefilled, tokens decoded, candidate tokens scored; FLOPs by `persalign.cost.forward_flops`
@@ -22,58 +18,15 @@ is that work at the prefill rate, the fastest this machine runs the model (an op
 from __future__ import annotations
 
 import argparse
-import copy
 import json
-import statistics
-import time
 from collections import Counter
 from pathlib import Path
 
 import torch
 
 from common import emit, machine
-from persalign.cost import ModelShape, forward_flops, shape_of
-
-
-def rate(fn, flops: float, reps: int) -> float:
-    """FLOP/s of `fn` (median of `reps` timed calls after one warm-up)."""
-    fn()
-    seconds = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        seconds.append(time.perf_counter() - start)
-    return flops / statistics.median(seconds)
-
-
-@torch.no_grad()
-def measure_rates(reps: int, batch: int = 16, context: int = 384, k: int = 10, steps: int = 8) -> dict:
-    from persalign.decoders.args_decoding import tree_forward
-    from persalign.models.loading import decoder_stack, load_causal_lm
-
-    lm = load_causal_lm("smollm2-135m-instruct", device="cpu", dtype="float32")
-    shape, model = shape_of(lm.model), lm.model
-    a = torch.randn(2048, 2048)
-    rates = {"matmul": rate(lambda: a @ a, 2 * 2048 ** 3, reps)}
-    ids = torch.randint(100, 40000, (4, context))
-    rates["prefill"] = rate(lambda: model(input_ids=ids, logits_to_keep=1), 4 * forward_flops(shape, context, 0, 1),
-                            reps)
-    prompt = torch.randint(100, 40000, (batch, context))
-    cache = model(input_ids=prompt, use_cache=True).past_key_values
-
-    def decode_steps():
-        step_cache = copy.deepcopy(cache)
-        for j in range(steps):
-            model(input_ids=prompt[:, :1], past_key_values=step_cache, use_cache=True,
-                  position_ids=torch.full((batch, 1), context + j))
-    work = batch * sum(forward_flops(shape, 1, context + j, 1) for j in range(steps))
-    rates["decode"] = rate(decode_steps, work, reps)
-    stack, mask = decoder_stack(model), torch.ones(batch, context, dtype=torch.long)
-    candidates = torch.randint(100, 40000, (batch, k))
-    body = ModelShape(shape.body_params, 0.0, shape.layers, shape.width)
-    rates["candidates"] = rate(lambda: tree_forward(stack, copy.deepcopy(cache), mask, torch.full((batch,), context),
-                                                    candidates), batch * k * forward_flops(body, 1, context), reps)
-    return {"shape": shape.as_dict(), "gflop_per_s": {name: value / 1e9 for name, value in rates.items()}}
+from persalign.cost import ModelShape, forward_flops
+from persalign.machine_rates import measure_rates
 
 
 TRAINING = "training + adaptation"

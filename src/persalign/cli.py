@@ -4,6 +4,7 @@
     persalign study CONFIG... [-o DIR] [--quick] [key=value ...]   the whole sweep + reports, resumable
     persalign report RUN_DIR [--format md|html]     tables (and figures) from stored results
     persalign data summary CONFIG [key=value ...]   users, pairs per user, examples
+    persalign plan CONFIG [--budget-hours H]        cells, counted work, time, what the design can detect
     persalign list                                  what is registered
     persalign list --method pal                     one method's settings, each documented
     persalign export runs/demo --format csv         one row per cell, for pandas
@@ -115,6 +116,17 @@ def _cmd_data_summary(args) -> None:
     print(summarize_data(config))
 
 
+def _cmd_plan(args) -> None:
+    from persalign.config import load_config
+    from persalign.planning import PlanOptions, plan_report
+    from persalign.runner.plan import check_methods
+
+    config = load_config(args.config, args.overrides)
+    check_methods(config)
+    print(plan_report(config, PlanOptions(args.from_run, args.budget_hours, args.gpu_tflops, args.utilisation,
+                                          args.slowdown)))
+
+
 def _cmd_list(args) -> None:
     from persalign.registry import METHODS, all_registries
 
@@ -141,7 +153,8 @@ def os_problem(error: OSError) -> str:
             "fix that and re-run the same command to resume")
 
 
-OPTIONS_WITH_A_VALUE = {"-o", "--output", "--address", "--num-cpus", "--num-gpus", "--max-retries", "--format"}
+OPTIONS_WITH_A_VALUE = {"-o", "--output", "--address", "--num-cpus", "--num-gpus", "--max-retries", "--format",
+                       "--from-run", "--budget-hours", "--gpu-tflops", "--utilisation", "--slowdown"}
 OVERRIDE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*=")
 
 
@@ -195,6 +208,21 @@ def build_parser() -> argparse.ArgumentParser:
     summary.add_argument("config", help="a YAML config file or built-in config name")
     summary.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
     summary.set_defaults(handler=_cmd_data_summary)
+
+    planning = commands.add_parser("plan", help="a study's cells, counted work, projected time and detectable "
+                                   "difference, before any heavy work")
+    planning.add_argument("config", help="a YAML config file or built-in config name")
+    planning.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+    planning.add_argument("--from-run", metavar="RUN_DIR", help="a finished run of the same data: its users' "
+                          "variance components replace the stated defaults")
+    planning.add_argument("--budget-hours", type=float, help="propose the users × queries split that detects the "
+                          "smallest difference within this many hours on this machine")
+    planning.add_argument("--gpu-tflops", type=float, default=989.0,
+                          help="the GPU's stated peak for the projection (default: H100 SXM dense bf16, 989)")
+    planning.add_argument("--utilisation", type=float, default=0.3, help="share of that peak assumed reached")
+    planning.add_argument("--slowdown", type=float, default=1.35,
+                          help="this machine's seconds ÷ its floor (1.35: measured on the full-size news study)")
+    planning.set_defaults(handler=_cmd_plan)
 
     listing = commands.add_parser("list", help="registered data sets, methods, decoders, metrics, models")
     listing.add_argument("--method", metavar="NAME", help="one method's settings: default, range, paper value, "

@@ -36,21 +36,25 @@ def check_cache_dir(configured: str | None) -> None:
                           "feature caches (or unset it: PERSALIGN_CACHE or ~/.cache/persalign)")
 
 
-def model_limits(name: str, cache_dir: str | None) -> tuple[int, int | None]:
-    """(vocabulary size, context length or None if the model states none) of a policy, without its weights
-    where possible."""
+def policy_config(name: str, cache_dir: str | None):
+    """A policy's model config, without its weights where the model has a folder."""
     from persalign.registry import MODELS
 
     if name in MODELS and MODELS.get(name).build is not None:
-        config = MODELS.get(name).build()[0].config
-    else:
-        from transformers import AutoConfig
+        return MODELS.get(name).build()[0].config
+    from transformers import AutoConfig
 
-        from persalign.models.loading import from_pretrained, resolve_model_path
+    from persalign.models.loading import from_pretrained, resolve_model_path
 
-        config = from_pretrained(AutoConfig, resolve_model_path(name, cache_dir), f"causal LM {name!r}")
+    return from_pretrained(AutoConfig, resolve_model_path(name, cache_dir), f"causal LM {name!r}")
+
+
+def model_limits(name: str, cache_dir: str | None) -> tuple[int, int | None]:
+    """(vocabulary size, context length or None if the model states none) of a policy, without its weights
+    where possible."""
     from persalign.prompts import context_length
 
+    config = policy_config(name, cache_dir)
     return config.vocab_size, context_length(config)
 
 

@@ -79,6 +79,8 @@ class MethodResult:
     seeds: int
     user_means: dict[str, dict[str, float]] = field(default_factory=dict)  # metric -> {user: value}
     switched_off: bool = False  # ARGS with λ = 0 in every seed: greedy decoding, the reward unused
+    decoder: str = ""  # the stored cells' name (the label may add "λ = 0: greedy")
+    seed_numbers: tuple = ()
 
     @property
     def decodes_with_learnt_part(self) -> bool:
@@ -132,7 +134,8 @@ def load_results(run_dir: str | Path) -> dict[str, list[MethodResult]]:
     for (policy, label), cells in grouped.items():
         shown = labels[(policy, label)]
         result = MethodResult(shown, policy, properties_of(cells[0]), cells[0].get("decoder_index", 0), len(cells),
-                              switched_off=shown.endswith(SWITCHED_OFF))
+                              switched_off=shown.endswith(SWITCHED_OFF), decoder=label,
+                              seed_numbers=tuple(sorted(m["seed"] for m in cells)))
         per_seed: dict[str, list[dict[str, float]]] = defaultdict(list)
         for m in cells:
             rows = _rows_with_gain(store.read_rows(Cell(policy, label, m["seed"])), zero_shot[policy])

@@ -1,0 +1,93 @@
+"""What a study design can detect: variance components, the detectable difference, the best split in a budget.
+
+Finding 3 compares the best ICL variant with the best reward method on per-user
+mean differences of ROUGE-1. With U adaptation users of Q query items each,
+a user's mean difference has variance σ_b² + σ_w²/Q (σ_b: how users differ in
+the true difference; σ_w: how a user's queries scatter around it), and the
+procedure detects, with 80 % power, the difference of a paired t-test over U
+users (analysis/power.py; tests/test_paired.py checks it against the
+procedure's simulated power). The components come from a stored run's rows
+(one-way random-effects ANOVA on the per-query differences of its Finding-3
+pair, or best ICL − zero-shot where no reward method steers), else from
+stated defaults. A proposal searches users × queries for the smallest
+detectable difference whose projected hours fit the budget.
+
+    python -c "from persalign.planning_power import detectable; print(detectable(16, 2, 8.0, 18.0))"
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from persalign.analysis.paired import MIN_USERS
+from persalign.analysis.power import detectable_difference
+
+# Stated defaults (ROUGE-1 points) when no run is given: the demo's ICL-RAG − zero-shot differences
+# (docs/design-notes.md, "Planning for power"): between users 8, within a user 18.
+DEFAULT_BETWEEN, DEFAULT_WITHIN = 8.0, 18.0
+
+
+@dataclass
+class Components:
+    between: float  # sd of users' true mean differences
+    within: float  # sd of one query's difference around its user's mean
+    source: str  # where they come from
+
+
+def detectable(users: int, queries: float, between: float, within: float) -> float:
+    """The difference Finding 3 detects with 80 % power at `users` × `queries` (nan below MIN_USERS)."""
+    if users < MIN_USERS:
+        return float("nan")
+    return detectable_difference(float(np.sqrt(between ** 2 + within ** 2 / max(queries, 1))), users)
+
+
+def components_from_rows(first: list[dict], second: list[dict], source: str) -> Components | None:
+    """σ_b and σ_w of per-query ROUGE-1 differences first − second (rows paired by query id)."""
+    by_id = {r["id"]: r for r in second if r.get("rouge1") is not None}
+    per_user: dict[str, list[float]] = defaultdict(list)
+    for row in first:
+        if row.get("rouge1") is not None and row["id"] in by_id:
+            per_user[row["user"]].append(row["rouge1"] - by_id[row["id"]]["rouge1"])
+    groups = [np.array(v) for v in per_user.values() if v]
+    if len(groups) < 2:
+        return None
+    within_df = sum(len(g) - 1 for g in groups)
+    within = float(np.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / within_df)) if within_df else 0.0
+    mean_q = float(np.mean([len(g) for g in groups]))
+    spread = float(np.var([g.mean() for g in groups], ddof=1))
+    return Components(float(np.sqrt(max(0.0, spread - within ** 2 / mean_q))), within, source)
+
+
+def components_from_run(run_dir) -> Components | None:
+    """The variance components of a stored run's Finding-3 pair (best ICL vs best steering reward method),
+    or best ICL vs zero-shot where no reward method steers; each deployment's first seed."""
+    from persalign.analysis.study import analyse
+    from persalign.runner.store import Cell, RunStore
+
+    store = RunStore(run_dir)
+    for analysis in analyse(run_dir):
+        reference = next((m for m in analysis.methods if m.properties.get("reference_baseline")), None)
+        other = analysis.best_reward or reference
+        if analysis.best_icl is None or other is None:
+            continue
+        rows = [store.read_rows(Cell(analysis.policy, m.decoder, m.seed_numbers[0])) for m in (analysis.best_icl, other)]
+        return components_from_rows(*rows, f"{run_dir}: {analysis.best_icl.label} − {other.label}")
+    return None
+
+
+def propose(components: Components, eligible: list[int], hours_of, budget_hours: float) -> list[dict]:
+    """Designs (users, queries per user) in the budget, smallest detectable difference first.
+
+    `eligible`: each candidate adaptation user's available query items, most first; `hours_of(users, items)`
+    projects a design's hours."""
+    designs = []
+    for users in range(MIN_USERS, len(eligible) + 1):
+        for queries in range(1, eligible[users - 1] + 1):
+            hours = hours_of(users, users * queries)
+            if hours <= budget_hours:
+                designs.append({"users": users, "queries": queries, "hours": hours,
+                                "detectable": detectable(users, queries, components.between, components.within)})
+    return sorted(designs, key=lambda d: (d["detectable"], d["hours"]))

@@ -1,0 +1,69 @@
+"""`persalign plan` (issue #39 point 3): the design as the run makes it, counted work that bounds what a run
+meters, variance components recovered from rows, and proposals within a budget."""
+
+import re
+
+import numpy as np
+import pytest
+
+from persalign.config import load_config
+from persalign.planning import PlanOptions, design_of, plan_report, shape_from_config, stage_work
+from persalign.planning_power import components_from_rows, detectable, propose
+from persalign.runner.run import run
+from tests.test_runner import TINY
+
+TINY_ARGS = TINY + ["decoders=[{name: zero_shot}, {name: icl, shots: 2}]", "methods=[{name: global_rm}]",
+                    "args.selection=fixed", "args.fixed_lambda=1.0", "reward.epochs=1"]
+
+
+def test_the_plan_states_the_runs_design_and_bounds_its_metered_work(tmp_path, cache_dir):
+    import sys
+    sys.path.insert(0, "benchmarks")
+    from bench_floor import metered_flops
+
+    from persalign.model_checks import policy_config
+
+    config = load_config("demo-baselines", TINY_ARGS)
+    design = design_of(config)
+    store = run(config, tmp_path / "run", log=lambda *_: None)
+    cells = store.all_metrics()
+    assert design.query_items == cells[0]["examples"] and len(design.queries) == cells[0]["users"]
+    assert sum(design.cells.values()) == len(cells)
+    planned = stage_work(config, design, shape_from_config(policy_config("tiny-llama", None)))
+    metered = metered_flops(store.root)
+    for stage in ("generation", "scoring", "features"):  # an upper bound, and not a loose one
+        assert metered[stage] <= planned[stage] <= 3 * metered[stage], stage
+
+
+def test_the_plan_report_prints_the_table_and_what_the_design_detects(cache_dir):
+    few = plan_report(load_config("demo-baselines", TINY_ARGS), PlanOptions(budget_hours=1.0, rates_model="tiny-llama",
+                                                                           rate_reps=1))
+    assert "| generation |" in few and "| total |" in few and "GPU projection" in few
+    assert "this design detects nothing: 3 users, 6 needed" in few  # 3 adaptation users of 8
+    assert "no design with 6+ adaptation users fits" in few  # 8 users: 4 must train
+    more = plan_report(load_config("demo-baselines", TINY_ARGS + ["data.max_users=16"]),
+                       PlanOptions(budget_hours=1.0, rates_model="tiny-llama", rate_reps=1))
+    assert re.search(r"within 1 h here: \d+ adaptation users × \d+ queries .* detect \d+\.\d points; set "
+                     r"split.adapt_fraction=", more)
+
+
+def test_variance_components_are_recovered_from_per_query_rows():
+    rng = np.random.default_rng(0)
+    first, second = [], []
+    for u in range(60):
+        user_effect = rng.normal(0, 6)
+        for q in range(5):
+            base = rng.uniform(10, 40)
+            first.append({"id": f"{u}-{q}", "user": f"u{u}", "rouge1": base + 5 + user_effect + rng.normal(0, 12)})
+            second.append({"id": f"{u}-{q}", "user": f"u{u}", "rouge1": base})
+    found = components_from_rows(first, second, "simulated")
+    assert found.between == pytest.approx(6, abs=2) and found.within == pytest.approx(12, abs=1)
+
+
+def test_more_users_or_queries_detect_less_and_proposals_fit_the_budget():
+    assert detectable(32, 2, 8, 18) < detectable(16, 2, 8, 18) and detectable(16, 8, 8, 18) < detectable(16, 2, 8, 18)
+    assert np.isnan(detectable(4, 10, 8, 18))
+    designs = propose(type("C", (), {"between": 8.0, "within": 18.0})(), [20] * 40, lambda u, items: items / 100, 2.0)
+    assert designs and all(d["hours"] <= 2.0 for d in designs)
+    best = designs[0]
+    assert best["users"] * best["queries"] <= 200 and best["detectable"] == min(d["detectable"] for d in designs)
