@@ -45,7 +45,7 @@ def test_correlation_table_gives_the_point_and_an_interval_only_where_the_method
 
     three = correlation_table([method(m) for m in range(3)], "rm_accuracy", "policy_accuracy")
     assert three["kendall"]["point"].value == pytest.approx(-1.0)
-    assert three["kendall"]["low"] is None and "needs 6" in three["kendall"]["reason"]
+    assert three["kendall"]["low"] is None and "6 needed" in three["kendall"]["reason"]
     ten = correlation_table([method(m) for m in range(10)], "rm_accuracy", "policy_accuracy")
     assert -1.0 <= ten["kendall"]["low"] <= ten["kendall"]["point"].value <= ten["kendall"]["high"] <= 1.0
     assert ten["pearson"]["methods"] == 10 and ten["pearson"]["users"] == 8

@@ -103,5 +103,5 @@ def test_a_correlation_across_methods_covers_93_to_97_percent(statistic, methods
 def test_below_the_methods_a_statistic_needs_no_interval_is_printed_and_the_reason_says_so():
     for statistic, needed in MIN_METHODS.items():
         result = correlation_interval(statistic, 0.4, needed - 1)
-        assert result["low"] is None and f"needs {needed}" in result["reason"]
+        assert result["low"] is None and f"{needed} needed" in result["reason"]
     assert correlation_interval("kendall", 1.0, 10)["high"] <= 1.0

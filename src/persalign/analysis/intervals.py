@@ -88,8 +88,8 @@ def correlation_interval(statistic: str, value: float | None, methods: int, leve
         return {"low": None, "high": None, "reason": "the correlation is undefined"}
     needed = MIN_METHODS[statistic]
     if methods < needed:
-        return {"low": None, "high": None, "reason": f"{methods} methods: an interval for this statistic needs "
-                f"{needed} or more (below that none reaches its stated coverage)"}
+        return {"low": None, "high": None,
+                "reason": f"{methods} methods, {needed} needed for an interval that keeps its coverage"}
     r = float(np.clip(value, -1 + 1e-9, 1 - 1e-9))
     se = {"pearson": lambda: 1 / np.sqrt(methods - 3), "spearman": lambda: np.sqrt((1 + r * r / 2) / (methods - 3)),
           "kendall": lambda: np.sqrt(0.437 / (methods - 4))}[statistic]()

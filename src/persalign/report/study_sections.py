@@ -180,10 +180,11 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
     for a in analyses:
         kendall = a.rm_vs_policy.get("kendall")
         if kendall and kendall["point"].value is not None:
+            interval = (f" [{kendall['low']:+.2f}, {kendall['high']:+.2f}]; "
+                        f"{_interval_words(kendall['low'], kendall['high'])}" if kendall["low"] is not None
+                        else f" (no interval: {kendall['reason']})")
             out.append(f"{a.policy}: RM accuracy vs policy accuracy across {kendall['point'].n} reward methods, "
-                       f"Kendall τ = {kendall['point'].value:+.2f} "
-                       + (f"[{kendall['low']:+.2f}, {kendall['high']:+.2f}]" if kendall["low"] is not None else "")
-                       + f"; {_interval_words(kendall['low'], kendall['high'])}.")
+                       f"Kendall τ = {kendall['point'].value:+.2f}{interval}.")
         elif kendall:
             out.append(f"{a.policy}: RM vs policy accuracy correlation undefined ({kendall['point'].reason}).")
         if a.best_icl and a.best_reward:
@@ -194,8 +195,8 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
                     out.append(f"{a.policy}: best ICL variant ({icl}) − best reward method ({reward}), {title}, "
                                f"cross-fitted: {interval_text(diff)}; {_interval_words(diff['low'], diff['high'])}; "
                                f"{power_text(diff, title)}.")
-        wins = [(m.label, m.mean("win_rate"), m.mean("rouge1_gain")) for m in a.methods
-                if m.decodes_with_learnt_part and m.user_means.get("win_rate")]
+        wins = [(m.label, m.mean("win_rate"), m.mean("rouge1_gain")) for m in a.methods  # λ = 0 writes greedy's text
+                if m.decodes_with_learnt_part and m.user_means.get("win_rate") and not m.switched_off]
         if wins:
             label, win, gain = max(wins, key=lambda w: w[1])
             out.append(f"{a.policy}: the highest own-RM win rate over zero-shot is {label}'s {win:.1f}%, "
