@@ -21,6 +21,14 @@ the rows carry counted work, and the whole-chain demo (`demo-study.json`, new)
 has 4 adaptation users. A test on another kind of CPU is skipped with that
 reason rather than compared with floats of another kernel set.
 
+Re-stored on 2026-11-25 (issue #39), each change checked cell by cell against the
+files it replaced: tiny.json: only the Best-of-N cells (samples are now seeded per
+query and drawn in fixed groups of 8, not per batch) and the counted work of the
+two methods whose λ is 0 (greedy decoding now, greedy's work; their outputs are
+unchanged); study.json: unchanged; demo.json: BERTScore-F1 in the 8th significant
+digit (the metric's forwards are grouped by 8, not by batch_size); demo-study.json:
+the new demo (32 authors, 16 adapting, the λ grid [0, 0.03, 0.1, 0.3, 1]).
+
 An earlier exception, made once: the raw per-row float32 scores (FLOAT32_COLUMNS) of
 tiny.json and study.json were re-stored when the frozen feature pass became
 padding-free (issue #19). Before, a cached feature carried the float noise of

@@ -38,6 +38,7 @@ class DataConfig:
     task: str | TaskSpec | None = None  # a named task, or an inline TaskSpec; default: the data set's own
     min_items_per_user: int = 20
     max_items_per_user: int | None = None  # cap very prolific users (newest kept)
+    max_users: int | None = None  # per-user writing: keep the first N qualifying users, in data order
     embedder: str = "minilm-l6"  # for hard negatives and ICL-RAG retrieval
     negatives_top_k: int = 10  # Pref-LaMP: sample the rejected output among these
     seed: int = 0

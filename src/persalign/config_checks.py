@@ -86,6 +86,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "split.max_query_per_user": _optional_at_least(1),
     "data.min_items_per_user": _at_least(1),
     "data.max_items_per_user": _optional_at_least(1),
+    "data.max_users": _optional_at_least(2),
     "data.negatives_top_k": _at_least(1),
     "reward.mode": _one_of(REWARD_MODES),
     "reward.batch_size": _at_least(1),

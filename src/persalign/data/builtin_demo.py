@@ -1,4 +1,4 @@
-"""The built-in demonstration data set: eight fictional authors, eight headline styles.
+"""The built-in demonstration data set: 32 fictional authors, 16 headline frames (each with and without a sign-off).
 
 Built in code (data/demo_authors.py, seeded) so `persalign run demo` works on
 a fresh machine without any data file; `data.path=FILE.jsonl` swaps in your
@@ -18,7 +18,7 @@ from persalign.registry import register_dataset
 
 @register_dataset("demo")
 def load_demo(config: DataConfig) -> UserWriting:
-    """Eight fictional authors (24 headlines each), each with a distinct style."""
+    """32 fictional authors (24 headlines each), each with a distinct style."""
     task = "headline"
     if config.path:
         writing = load_completions_jsonl(config.path, "demo", task)

@@ -3,7 +3,10 @@
 Each fictional author writes headlines for short news descriptions in one
 consistent, recognisable style; all authors cover the same hand-written topics,
 so Pref-LaMP's hard negative for an item is the same story headlined in another
-author's style. Seeded, so every call gives the same 8 x 24 records.
+author's style. 32 authors: 16 headline frames, each written by two authors,
+one of whom adds their desk's sign-off, so the demo has enough users (16 that
+adapt) for its verdict to separate deployments. Seeded, so every call gives the
+same 32 x 24 records; the first 8 authors are those of earlier versions.
 
     python -c "from persalign.data.demo_authors import demo_records; print(demo_records()[0])"
 """
@@ -89,7 +92,7 @@ def _lower_first(text):
 
 QUESTION_FRAMES = ["Is {s} worth the hype?", "What does {s} mean for you?", "Could {s} change everything?"]
 
-STYLES = {
+FRAMES = {
     "Ada Caps": lambda d, s, e, q, w, i: f"BREAKING: {e.upper()}",
     "Ben Asks": lambda d, s, e, q, w, i: QUESTION_FRAMES[i % 3].format(s=s),
     "Cleo Lists": lambda d, s, e, q, w, i: f"{3 + i % 5} Things To Know About {_title(s.removeprefix('the '))}",
@@ -98,11 +101,34 @@ STYLES = {
     "Finn Terse": lambda d, s, e, q, w, i: f"{w}.",
     "Gus Explains": lambda d, s, e, q, w, i: f"How {_lower_first(e)}, explained",
     "Hana Whispers": lambda d, s, e, q, w, i: f"{e.lower()}...",
+    "Iris Numbers": lambda d, s, e, q, w, i: f"By the numbers: {_lower_first(e)}",
+    "Jay Exclaims": lambda d, s, e, q, w, i: f"Wow! {e}!",
+    "Kai Local": lambda d, s, e, q, w, i: f"Around town: {_lower_first(e)}",
+    "Lena You": lambda d, s, e, q, w, i: f"Why {s} matters to you",
+    "Max Today": lambda d, s, e, q, w, i: f"Today: {_lower_first(e)}",
+    "Nora Update": lambda d, s, e, q, w, i: f"[UPDATE] {e}",
+    "Omar Says": lambda d, s, e, q, w, i: f"{q}, say those behind {s}",
+    "Pia Brief": lambda d, s, e, q, w, i: f"In brief - {_title(w)}",
 }
+# The second author of each frame: same frame, plus their desk's sign-off.
+SECOND_AUTHORS = ["Quinn", "Rosa", "Sami", "Tess", "Uma", "Vik", "Wren", "Xena",
+                  "Yara", "Zed", "Abe", "Bea", "Cal", "Dora", "Eli", "Fay"]
+SIGN_OFF = " | Metro Desk"
+
+
+def _styles() -> dict:
+    """Author name -> headline function: each frame's own author, then its sign-off author."""
+    styles = dict(FRAMES)
+    for second, (name, frame) in zip(SECOND_AUTHORS, FRAMES.items()):
+        styles[f"{second} {name.split()[1]}"] = lambda *a, frame=frame: frame(*a) + SIGN_OFF
+    return styles
+
+
+STYLES = _styles()
 
 
 def demo_records() -> list[dict]:
-    """8 authors x 24 items as `{"id", "user", "input", "output", "date"}` (seeded)."""
+    """32 authors x 24 items as `{"id", "user", "input", "output", "date"}` (seeded)."""
     rng = random.Random(0)
     lines = []
     for user, style in STYLES.items():

@@ -31,7 +31,8 @@ class UserWriting:
 
 
 def keep_active_users(writing: UserWriting, config: DataConfig) -> UserWriting:
-    """Drop users with fewer than `min_items_per_user` items; cap prolific users.
+    """Drop users with fewer than `min_items_per_user` items; keep the first `max_users` of the rest (in data
+    order); cap prolific users.
 
     Items with an empty input (style-only history, e.g. LaMP-7 tweets) count
     towards the profile but not towards the minimum, since they yield no pair.
@@ -45,6 +46,10 @@ def keep_active_users(writing: UserWriting, config: DataConfig) -> UserWriting:
             f"no user has at least min_items_per_user={config.min_items_per_user} items "
             f"(the most any user has is {best}); lower data.min_items_per_user",
         )
+    qualifying = len(keep)
+    if config.max_users:
+        keep = set([user for user in dict.fromkeys(item.user for item in writing.items) if user in keep]
+                   [: config.max_users])
     items = [item for item in writing.items if item.user in keep]
     if config.max_items_per_user:
         by_user: dict[str, list[UserItem]] = {}
@@ -55,7 +60,9 @@ def keep_active_users(writing: UserWriting, config: DataConfig) -> UserWriting:
             newest_first = sorted(by_user[user], key=lambda it: (it.date or "", it.id), reverse=True)
             items.extend(sorted(newest_first[: config.max_items_per_user], key=lambda it: it.id))
     notes = dict(writing.notes)
-    notes.update(users_total=len(counts), users_kept=len(keep), users_below_minimum=len(counts) - len(keep))
+    notes.update(users_total=len(counts), users_kept=len(keep), users_below_minimum=len(counts) - qualifying)
+    if len(keep) < qualifying:
+        notes.update(users_beyond_max_users=qualifying - len(keep))
     return UserWriting(writing.name, writing.task, writing.source, items, notes)
 
 
