@@ -16,9 +16,9 @@ LAYERS = [
     {"models", "scoring", "decoding", "prefix_cache", "model_checks", "metrics", "data"},
     {"rewards", "cost", "work_meter"},
     {"decoders"},
-    {"runner"},
+    {"runner", "machine_rates"},
     {"analysis"},
-    {"report"},
+    {"report", "planning", "planning_power"},
     {"study", "cli"},
 ]
 LAYER = {name: level for level, names in enumerate(LAYERS) for name in names}

@@ -75,7 +75,7 @@ def test_split_is_disjoint_complete_and_deterministic(demo_dataset):
     config = SplitConfig(adapt_fraction=0.25, support_fraction=0.5, heldout_fraction=0.2, seed=3)
     split = make_split(demo_dataset, config)
     assert not set(split.train_users) & set(split.adapt_users)
-    assert len(split.adapt_users) == 2 and len(split.train_users) == 6
+    assert len(split.adapt_users) == 8 and len(split.train_users) == 24  # a quarter of the 32 demo authors
     seen = []
     for sets in split.sets().values():
         for ids in sets.values():

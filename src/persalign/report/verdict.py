@@ -27,8 +27,8 @@ import pandas as pd
 
 from persalign.analysis.intervals import PERCENT, difference_bounds, mean_interval, why_none
 from persalign.analysis.power import mean_detectable_difference
-from persalign.analysis.study import PolicyAnalysis
-from persalign.report.study_sections import interval_text, power_text, winners
+from persalign.analysis.study import SWITCHED_OFF, PolicyAnalysis
+from persalign.report.study_sections import interval_text, power_text, winners, with_ci
 from persalign.runner.store import RunStore
 
 
@@ -108,14 +108,6 @@ def verdict_rows(store: RunStore, frame: pd.DataFrame, analysis: PolicyAnalysis)
     return rows
 
 
-def _ci(ci: dict | None) -> str:
-    if not ci:
-        return "-"
-    if ci.get("low") is None:
-        return f"{ci['mean']:.2f} (no interval: {why_none(ci)})"
-    return f"{ci['mean']:.2f} [{ci['low']:.2f}, {ci['high']:.2f}]"
-
-
 def _versus(d: dict | None, switched_off: bool = False) -> str:
     if switched_off:
         return "= greedy (λ = 0)"
@@ -141,8 +133,8 @@ def verdict_table(rows: list[VerdictRow]) -> str:
     for rank, r in enumerate(rows, 1):
         cost = "-" if r.relative_cost is None else f"{r.relative_cost:.2f}×"
         seconds = "-" if r.seconds_per_output is None else f"{r.seconds_per_output:.3f}"
-        lines.append(f"| {rank} | {r.label} | {_ci(r.quality)} | {_versus(r.versus_greedy, r.switched_off)} | "
-                     f"{_ci(r.policy_accuracy)} | {_adapt(r.adapt)} | {cost} | {seconds} | {'★' if r.pareto else ''} |")
+        lines.append(f"| {rank} | {r.label} | {with_ci(r.quality)} | {_versus(r.versus_greedy, r.switched_off)} | "
+                     f"{with_ci(r.policy_accuracy)} | {_adapt(r.adapt)} | {cost} | {seconds} | {'★' if r.pareto else ''} |")
     return "\n".join(lines)
 
 
@@ -152,7 +144,7 @@ def switched_off_text(analysis: PolicyAnalysis) -> str:
     if not off:
         return ""
     total = len([m for m in analysis.methods if m.decodes_with_learnt_part])
-    names = ", ".join(m.label.removesuffix(" (λ = 0: greedy)") for m in off)
+    names = ", ".join(m.label.removesuffix(SWITCHED_OFF) for m in off)
     return (f" {len(off)} of {total} reward methods ({names}) chose λ = 0: the reward switched off, greedy "
             "decoding.")
 
@@ -164,7 +156,7 @@ def verdict_sentence(rows: list[VerdictRow], analysis: PolicyAnalysis) -> str:
     difference = analysis.icl_minus_reward.get("rouge1")
     off = switched_off_text(analysis)
     if not difference or analysis.best_icl is None or analysis.best_reward is None:
-        return f"For these users, {top.label} writes closest to their own text (ROUGE-1 {_ci(top.quality)}){cost}.{off}"
+        return f"For these users, {top.label} writes closest to their own text (ROUGE-1 {with_ci(top.quality)}){cost}.{off}"
     icl, reward = winners(difference)
     interval = interval_text(difference, " ROUGE-1")
     power = f". Cross-fitted (winners chosen on one half of the users, measured on the other); {power_text(difference)}"
