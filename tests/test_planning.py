@@ -30,6 +30,7 @@ def test_the_plan_states_the_runs_design_and_bounds_its_metered_work(tmp_path, c
     assert design.query_items == cells[0]["examples"] and len(design.queries) == cells[0]["users"]
     assert sum(design.cells.values()) == len(cells)
     planned = stage_work(config, design, shape_from_config(policy_config("tiny-llama", None)))
+    planned["generation"] = sum(v for stage, v in planned.items() if stage.startswith("generation ("))
     metered = metered_flops(store.root)
     for stage in ("generation", "scoring", "features"):  # an upper bound, and not a loose one
         assert metered[stage] <= planned[stage] <= 3 * metered[stage], stage
@@ -38,7 +39,7 @@ def test_the_plan_states_the_runs_design_and_bounds_its_metered_work(tmp_path, c
 def test_the_plan_report_prints_the_table_and_what_the_design_detects(cache_dir):
     few = plan_report(load_config("demo-baselines", TINY_ARGS), PlanOptions(budget_hours=1.0, rates_model="tiny-llama",
                                                                            rate_reps=1))
-    assert "| generation |" in few and "| total |" in few and "GPU projection" in few
+    assert "| generation (decode) |" in few and "| total |" in few and "GPU projection" in few
     assert "this design detects nothing: 3 users, 6 needed" in few  # 3 adaptation users of 8
     assert "no design with 6+ adaptation users fits" in few  # 8 users: 4 must train
     more = plan_report(load_config("demo-baselines", TINY_ARGS + ["data.max_users=16"]),

@@ -26,8 +26,6 @@ import numpy as np
 from persalign.cost import ModelShape, args_work, best_of_n_work, forward_flops, greedy_work
 
 NO_HEAD = ModelShape(0.0, 0.0, 0, 0)
-GENERATION_RATE = "decode"  # generation is a sequence of one-token forwards
-OTHER_RATE = "prefill"  # features, scoring, the λ choice's scoring, training: long forwards
 MIN_TRAIN_USERS = 4  # a proposal keeps at least these to train reward models on
 
 
@@ -109,47 +107,72 @@ def design_of(config) -> Design:
     return design
 
 
-def stage_work(config, design: Design, shape: ModelShape) -> dict[str, float]:
-    """Counted FLOPs of each stage for one policy (an upper bound: outputs of max_new_tokens, ARGS steering)."""
-    new, top_k, items = config.generation.max_new_tokens, config.args.top_k, design.query_items
-    prompt, response = round(design.prompt_tokens), round(design.response_tokens)
+def rate_of(part: str) -> str:
+    """Which measured rate a counted part runs at (persalign.machine_rates)."""
+    return "decode" if "decode" in part else "candidates" if "candidates" in part else "prefill"
+
+
+def generation_work(config, design: Design, shape: ModelShape) -> Counter:
+    """Generation's counted FLOPs by the rate they run at (prefill, decode, candidates), for every cell."""
+    new, items = config.generation.max_new_tokens, design.query_items
+    prompt = round(design.prompt_tokens)
     shapes = {"policy": shape, "reward": None, "head": NO_HEAD}
-    argsed = args_work(shapes, prompt, new, new, top_k, False).flops
+    n_max = max(config.best_of_n.ns) if config.best_of_n.ns else 0
+    parts: Counter = Counter()
+
+    def add(work, times: float) -> None:
+        for part, flops in work.parts.items():
+            parts[rate_of(part)] += flops * times
+
+    for (kind, shots), cells in design.cells.items():
+        if kind == "best_of_n":  # reranks the shared samples (drawn below, once per seed): the RM reads each
+            parts["prefill"] += cells * items * n_max * forward_flops(shape, prompt + new)
+        elif kind == "args":
+            add(args_work(shapes, prompt, new, new, config.args.top_k, False), cells * items)
+        else:
+            add(greedy_work(shape, round(prompt + shots * design.demo_tokens), new, new), cells * items)
+    if n_max and any(kind == "best_of_n" for kind, _ in design.cells):
+        add(greedy_work(shape, prompt, new, new), design.seeds * items * n_max)
+    return parts
+
+
+def stage_work(config, design: Design, shape: ModelShape) -> dict[str, float]:
+    """Counted FLOPs of each stage for one policy (an upper bound: outputs of max_new_tokens, ARGS steering);
+    generation by the rate its parts run at."""
+    new, items = config.generation.max_new_tokens, design.query_items
+    prompt, response = round(design.prompt_tokens), round(design.response_tokens)
+    argsed = args_work({"policy": shape, "reward": None, "head": NO_HEAD}, prompt, new, new, config.args.top_k,
+                       False).flops
     # a pair read once: its prompt, then the chosen and the rejected response on the prompt's cache
     pair = forward_flops(shape, prompt) + 2 * forward_flops(shape, response, prompt)
-    reading = forward_flops(shape, prompt + new)  # an RM reading one output
-    n_max = max(config.best_of_n.ns) if config.best_of_n.ns else 0
-    generation = scoring = 0.0
+    scoring = 0.0
     for (kind, shots), cells in design.cells.items():
-        shown = round(prompt + shots * design.demo_tokens)
-        if kind == "best_of_n":  # reranks the shared samples (drawn below, once per seed)
-            generation += cells * items * n_max * reading
-        else:
-            generation += cells * items * (argsed if kind == "args" else greedy_work(shape, shown, new, new).flops)
         # prompted deployments: the responses on the prompt's prefill, which generation already paid for;
         # ARGS: the policy and the RM each read the pair, and the RM reads its output and zero-shot's (win rate)
+        shown = round(prompt + shots * design.demo_tokens)
         scoring += cells * items * (2 * (pair + forward_flops(shape, prompt + new)) if kind == "args"
                                     else 2 * forward_flops(shape, response, shown))
-    if any(kind == "best_of_n" for kind, _ in design.cells):
-        generation += design.seeds * items * sum(greedy_work(shape, prompt, new, new).flops for _ in range(n_max))
     argses = sum(n for (kind, _), n in design.cells.items() if kind == "args")
     nonzero = len([lam for lam in config.args.lambdas if lam != 0])
     validation = config.args.validation_size or design.pairs["heldout"]
-    per_cell = validation * nonzero * argsed + design.pairs["heldout"] * 2 * pair  # ARGS on validation; the accuracy curve
+    per_cell = validation * nonzero * argsed + design.pairs["heldout"] * 2 * pair  # ARGS on validation; accuracy curve
     features = (design.distinct_prompts * forward_flops(shape, prompt)  # the frozen backbone reads each text once
                 + design.distinct_responses * forward_flops(shape, response, prompt)) if argses else 0.0
-    return {"features": features, "λ choice": argses * per_cell, "generation": generation, "scoring": scoring}
+    generation = {f"generation ({part})": flops for part, flops in generation_work(config, design, shape).items()}
+    return {"features": features, "λ choice": argses * per_cell, **generation, "scoring": scoring}
 
 
 def projected_seconds(work: dict[str, float], rates: dict[str, float], slowdown: float) -> dict[str, float]:
-    """Seconds per stage on this machine: work ÷ the measured rate of its kind, × `slowdown`."""
-    return {stage: slowdown * flops / (rates[GENERATION_RATE if stage == "generation" else OTHER_RATE] * 1e9)
-            for stage, flops in work.items()}
+    """Seconds per stage on this machine: work ÷ the measured rate of its kind, × `slowdown` (the λ choice is
+    mostly ARGS decoding: candidates)."""
+    kind = lambda stage: ("candidates" if stage == "λ choice" else rate_of(stage) if stage.startswith("generation")  # noqa: E731
+                          else "prefill")
+    return {stage: slowdown * flops / (rates[kind(stage)] * 1e9) for stage, flops in work.items()}
 
 
 def per_query_item(work: dict[str, float], items: int) -> tuple[float, float]:
     """(work that grows with the query items, work that does not): generation and scoring vs the rest."""
-    growing = work["generation"] + work["scoring"]
+    growing = sum(v for stage, v in work.items() if stage.startswith("generation")) + work["scoring"]
     return growing / max(1, items), sum(work.values()) - growing
 
 
@@ -177,7 +200,7 @@ def plan_report(config, options: PlanOptions) -> str:
     here = projected_seconds(work, rates, options.slowdown)
     gpu = {stage: flops / (options.gpu_tflops * 1e12 * options.utilisation) for stage, flops in work.items()}
     components = components_from_run(options.from_run) if options.from_run else None
-    components = components or Components(DEFAULT_BETWEEN, DEFAULT_WITHIN, "stated defaults (no --from-run)")
+    components = components or Components(DEFAULT_BETWEEN, DEFAULT_WITHIN, "the demo's, stated defaults: no --from-run")
     queries = design.query_items / max(1, len(design.queries))
     lines = [f"plan: {config.name} ({len(config.policies)} policy model{'s' * (len(config.policies) > 1)}; "
              f"figures per policy, for {config.policies[0]})",
@@ -207,7 +230,7 @@ def power_lines(design: Design, components, seconds: dict, options: PlanOptions)
     users, queries = len(design.queries), design.query_items / max(1, len(design.queries))
     now = detectable(users, queries, components.between, components.within)
     lines = [f"Finding 3 (best ICL − best reward method, ROUGE-1): between-user sd {components.between:.1f}, "
-             f"within-user sd {components.within:.1f} ({components.source}); this design detects "
+             f"within-user sd {components.within:.1f} (from {components.source}); this design detects "
              + (f"{now:.1f} points with 80% power" if np.isfinite(now) else f"nothing: {users} users, 6 needed")]
     if options.budget_hours:
         growing, fixed = per_query_item(seconds, design.query_items)
