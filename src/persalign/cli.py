@@ -118,13 +118,13 @@ def _cmd_data_summary(args) -> None:
 
 def _cmd_plan(args) -> None:
     from persalign.config import load_config
-    from persalign.planning import PlanOptions, plan_report
+    from persalign.planning import GPU_PEAKS, PlanOptions, plan_report
     from persalign.runner.plan import check_methods
 
     config = load_config(args.config, args.overrides)
     check_methods(config)
-    print(plan_report(config, PlanOptions(args.from_run, args.budget_hours, args.gpu_tflops, args.utilisation,
-                                          args.slowdown)))
+    peak = args.gpu_tflops or GPU_PEAKS[args.gpu]
+    print(plan_report(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown)))
 
 
 def _cmd_list(args) -> None:
@@ -154,7 +154,7 @@ def os_problem(error: OSError) -> str:
 
 
 OPTIONS_WITH_A_VALUE = {"-o", "--output", "--address", "--num-cpus", "--num-gpus", "--max-retries", "--format",
-                       "--from-run", "--budget-hours", "--gpu-tflops", "--utilisation", "--slowdown"}
+                       "--from-run", "--budget-hours", "--gpu", "--gpu-tflops", "--utilisation", "--slowdown"}
 OVERRIDE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*=")
 
 
@@ -217,8 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "variance components replace the stated defaults")
     planning.add_argument("--budget-hours", type=float, help="propose the users × queries split that detects the "
                           "smallest difference within this many hours on this machine")
-    planning.add_argument("--gpu-tflops", type=float, default=989.0,
-                          help="the GPU's stated peak for the projection (default: H100 SXM dense bf16, 989)")
+    planning.add_argument("--gpu", choices=["h100", "h200", "a100", "l40s", "l4"], default="h100",
+                          help="the GPU to project on, at its maker's dense bf16 peak")
+    planning.add_argument("--gpu-tflops", type=float, help="another GPU's peak (TFLOP/s) instead of --gpu's")
     planning.add_argument("--utilisation", type=float, default=0.3, help="share of that peak assumed reached")
     planning.add_argument("--slowdown", type=float, default=1.35,
                           help="this machine's seconds ÷ its floor (1.35: measured on the full-size news study)")

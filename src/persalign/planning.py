@@ -176,11 +176,15 @@ def per_query_item(work: dict[str, float], items: int) -> tuple[float, float]:
     return growing / max(1, items), sum(work.values()) - growing
 
 
+# Dense bf16 peaks as their makers state them (TFLOP/s): what `--gpu NAME` projects with.
+GPU_PEAKS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "l40s": 362.0, "l4": 121.0}
+
+
 @dataclass
 class PlanOptions:
     from_run: str | None = None
     budget_hours: float | None = None
-    gpu_tflops: float = 989.0  # H100 SXM dense bf16 peak, as NVIDIA states it
+    gpu_tflops: float = GPU_PEAKS["h100"]
     utilisation: float = 0.3  # of that peak; a projection until measured on the GPU
     slowdown: float = 1.35  # this machine's seconds ÷ its floor, measured on the full-size news study
     rate_reps: int = 2
