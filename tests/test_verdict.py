@@ -1,6 +1,7 @@
 """The verdict (issue #18): ranked deployments, costs, Pareto front and the sentence, on a stored fixture."""
 
 import base64
+import json
 import io
 import re
 from html.parser import HTMLParser
@@ -136,3 +137,25 @@ def test_html_report_embeds_the_quality_vs_cost_figure_and_every_table_has_its_c
     for table in parser.tables:  # every row has the cells its header announces
         assert all(len(row) == len(table[0]) for row in table[1:]), table[0]
     assert re.search(r"<h2>Verdict figure", page).start() < page.index("<h2>Policy:")
+
+
+def test_a_reward_method_that_chose_lambda_zero_is_labelled_greedy_and_is_no_finding3_candidate(tmp_path):
+    """Issue #39: λ = 0 is the reward switched off. Before, the verdict named such a method 'best reward method'
+    and Finding 3 compared ICL with greedy decoding under another name."""
+    store = RunStore(tmp_path / "run")
+    store.root.mkdir(parents=True)
+    (store.root / "config.yaml").write_text("name: fixture\ndata: {dataset: demo}\n")
+    for index, spec in enumerate(SPEC):
+        write_cell(store, index, *spec)
+    write_cell(store, 4, "Off RM", "args", 14.0, 8.0, 4, 1.0)  # better than both steering RMs, but λ = 0
+    metrics = store.cell_dir(Cell("pol", "Off RM", 0)) / "metrics.json"
+    stored = json.loads(metrics.read_text())
+    stored["settings"]["lambda"] = 0.0
+    metrics.write_text(json.dumps(stored))
+    (analysis,) = analyse(store.root)
+    assert analysis.best_reward.label == "Cheap RM"
+    assert [m.label for m in analysis.switched_off] == ["Off RM (λ = 0: greedy)"]
+    text = build_report(store.root)
+    assert "| Off RM (λ = 0: greedy) |" in text and "= greedy (λ = 0)" in text
+    assert "beats the best reward method that steers (Cheap RM)" in text
+    assert "1 of 3 reward methods (Off RM) chose λ = 0: the reward switched off, greedy decoding." in text
