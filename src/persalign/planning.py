@@ -26,7 +26,7 @@ import numpy as np
 from persalign.cost import ModelShape, args_work, best_of_n_work, forward_flops, greedy_work
 
 NO_HEAD = ModelShape(0.0, 0.0, 0, 0)
-MIN_TRAIN_USERS = 4  # a proposal keeps at least these to train reward models on
+TRAIN_SHARE = 0.5  # a proposal keeps at least this share of the users training the reward models (the paper: 80 %)
 
 
 @dataclass
@@ -145,21 +145,24 @@ def stage_work(config, design: Design, shape: ModelShape) -> dict[str, float]:
                        False).flops
     # a pair read once: its prompt, then the chosen and the rejected response on the prompt's cache
     pair = forward_flops(shape, prompt) + 2 * forward_flops(shape, response, prompt)
-    scoring = 0.0
+    argses = sum(n for (kind, _), n in design.cells.items() if kind == "args")
+    # the query pairs are read once by the policy (memoised) and once by the frozen RM backbone (features
+    # cached by text), whatever the number of ARGS cells
+    scoring = 2 * items * pair if argses else 0.0
     for (kind, shots), cells in design.cells.items():
         # prompted deployments: the responses on the prompt's prefill, which generation already paid for;
-        # ARGS: the policy and the RM each read the pair, and the RM reads its output and zero-shot's (win rate)
+        # ARGS: the RM reads its output and zero-shot's (the win rate)
         shown = round(prompt + shots * design.demo_tokens)
-        scoring += cells * items * (2 * (pair + forward_flops(shape, prompt + new)) if kind == "args"
+        scoring += cells * items * (2 * forward_flops(shape, prompt + new) if kind == "args"
                                     else 2 * forward_flops(shape, response, shown))
-    argses = sum(n for (kind, _), n in design.cells.items() if kind == "args")
     nonzero = len([lam for lam in config.args.lambdas if lam != 0])
     validation = config.args.validation_size or design.pairs["heldout"]
-    per_cell = validation * nonzero * argsed + design.pairs["heldout"] * 2 * pair  # ARGS on validation; accuracy curve
+    # ARGS on the validation items at every λ ≠ 0, per cell; the accuracy curve's pairs once (memoised)
+    lam = argses * validation * nonzero * argsed + (design.pairs["heldout"] * pair if argses else 0.0)
     features = (design.distinct_prompts * forward_flops(shape, prompt)  # the frozen backbone reads each text once
                 + design.distinct_responses * forward_flops(shape, response, prompt)) if argses else 0.0
     generation = {f"generation ({part})": flops for part, flops in generation_work(config, design, shape).items()}
-    return {"features": features, "λ choice": argses * per_cell, **generation, "scoring": scoring}
+    return {"features": features, "λ choice": lam, **generation, "scoring": scoring}
 
 
 def projected_seconds(work: dict[str, float], rates: dict[str, float], slowdown: float) -> dict[str, float]:
@@ -238,7 +241,7 @@ def power_lines(design: Design, components, seconds: dict, options: PlanOptions)
              + (f"{now:.1f} points with 80% power" if np.isfinite(now) else f"nothing: {users} users, 6 needed")]
     if options.budget_hours:
         growing, fixed = per_query_item(seconds, design.query_items)
-        eligible = sorted(design.eligible_queries.values(), reverse=True)[: design.users - MIN_TRAIN_USERS]
+        eligible = sorted(design.eligible_queries.values(), reverse=True)[: int(design.users * (1 - TRAIN_SHARE))]
         best = propose(components, eligible, lambda u, items: (fixed + growing * items) / 3600, options.budget_hours)
         if best:
             top = best[0]
@@ -247,5 +250,6 @@ def power_lines(design: Design, components, seconds: dict, options: PlanOptions)
                          f"split.adapt_fraction={top['users'] / design.users:.3f} and "
                          f"split.max_query_per_user={top['queries']} (the rest of the users train the reward models)")
         else:
-            lines.append(f"no design with {6}+ adaptation users fits {options.budget_hours:g} h on this machine")
+            lines.append(f"no design with 6+ adaptation users (and half of the users training) fits "
+                         f"{options.budget_hours:g} h on this machine")
     return lines
