@@ -19,10 +19,10 @@ CHAT_TEMPLATE = (
 )
 
 
-def byte_tokenizer(chat: bool = True) -> PreTrainedTokenizerFast:
-    """A lossless byte-level tokenizer (256 byte tokens + 5 specials)."""
+def byte_tokenizer(chat: bool = True, extra_specials: tuple[str, ...] = ()) -> PreTrainedTokenizerFast:
+    """A lossless byte-level tokenizer (256 byte tokens + 5 specials, then `extra_specials`: another vocabulary)."""
     alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + list(extra_specials))}
     for ch in sorted(alphabet):
         vocab[ch] = len(vocab)
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
@@ -37,9 +37,10 @@ def byte_tokenizer(chat: bool = True) -> PreTrainedTokenizerFast:
     return tokenizer
 
 
-def tiny_llama(seed: int = 0, hidden_size: int = 64, layers: int = 2, chat: bool = True):
+def tiny_llama(seed: int = 0, hidden_size: int = 64, layers: int = 2, chat: bool = True,
+               extra_specials: tuple[str, ...] = ()):
     """(model, tokenizer): a 2-layer random Llama over the byte tokenizer."""
-    tokenizer = byte_tokenizer(chat=chat)
+    tokenizer = byte_tokenizer(chat=chat, extra_specials=extra_specials)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,

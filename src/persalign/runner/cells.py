@@ -54,6 +54,24 @@ def check_plan(config: RunConfig) -> None:
         raise ConfigError("config: the run plans no cells (decoders and methods are empty, or every deployment "
                           "of the methods is switched off: args.enabled / best_of_n.enabled)")
     check_distinct_dirs([p.cell for p in cells])
+    check_shared_rewards(config, cells)
+
+
+def check_shared_rewards(config: RunConfig, cells: list[PlannedCell]) -> None:
+    """A reward model is trained once, on the reward backbone, and reads every policy's token ids (ARGS scores
+    the policy's candidate tokens): refused before any work where a policy's tokenizer is not the backbone's,
+    since every id would then mean another text. The paper shares one RM across the scales of one family."""
+    backbone = config.reward.backbone or config.policies[0]
+    if not any(p.needs == "reward_model" for p in cells) or set(config.policies) == {backbone}:
+        return
+    from persalign.model_checks import policy_tokenizer
+
+    reference = policy_tokenizer(backbone, config.cache_dir).get_vocab()
+    for policy in config.policies:
+        if policy != backbone and policy_tokenizer(policy, config.cache_dir).get_vocab() != reference:
+            raise ConfigError(f"config.policies: {policy!r} does not share the tokenizer of the reward backbone "
+                              f"{backbone!r}, and reward models read the policy's token ids; run that policy in a "
+                              "run of its own (or with reward.backbone set to a model of its tokenizer)")
 
 
 def open_store(config: RunConfig, out_dir: str | Path, log) -> tuple[RunStore, list[PlannedCell], list[PlannedCell]]:
@@ -104,7 +122,10 @@ def trained_providers(config: RunConfig, store: RunStore) -> dict:
 
 
 def need_key(planned: PlannedCell) -> tuple:
-    return planned.needs, planned.method_label, planned.cell.seed
+    """What a trained component is one per: a reward model per (method, seed), shared by the policies; a
+    policy-side method per (method, seed, policy)."""
+    policy = planned.cell.policy if planned.needs == "policy_method" else None
+    return planned.needs, planned.method_label, planned.cell.seed, policy
 
 
 def provide_trained(planned: PlannedCell, policy_ctx: PolicyContext, providers: dict):

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from persalign.errors import ConfigError, PersalignError
-from persalign.runner.trained import model_dir
+from persalign.runner.trained import trained_dir
 
 SCRATCH_ENV = "PERSALIGN_SCRATCH_DIR"  # where a worker keeps a task's scratch run dir (default: system temp)
 TASK_LOG_ENV = "PERSALIGN_TASK_LOG"  # optional: one line per task start / end (which worker ran what)
@@ -147,7 +147,7 @@ def train_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
 
     with _scratch_policy(config, planned, run_dir, inputs, "train") as (policy_ctx, providers, store):
         provide_trained(planned, policy_ctx, providers)
-        return store.read_files(model_dir(store, planned.method_label, planned.cell.seed).relative_to(store.root))
+        return store.read_files(trained_dir(store, planned).relative_to(store.root))
 
 
 def cell_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
@@ -201,7 +201,7 @@ class _Submitter:
 
         key = need_key(planned)
         if key not in self.models:
-            where = model_dir(self.store, planned.method_label, planned.cell.seed)
+            where = trained_dir(self.store, planned)
             if (where / "head.json").exists():
                 self.models[key] = self.store.read_files(where.relative_to(self.store.root))
             else:

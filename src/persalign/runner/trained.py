@@ -47,9 +47,19 @@ class TrainedPolicyMethod:
     log: dict = field(default_factory=dict)
 
 
-def model_dir(store, method_label: str, seed: int):
-    """RUN_DIR/models/LABEL/seed-N; a label such as '..' still names a folder inside models/."""
-    return store.root / "models" / folder_name(method_label) / f"seed-{seed}"
+def model_dir(store, method_label: str, seed: int, policy: str | None = None):
+    """RUN_DIR/models/LABEL/seed-N, or RUN_DIR/models/POLICY/LABEL/seed-N for what is trained on one policy
+    (a policy-side method's soft tokens); a label such as '..' still names a folder inside models/."""
+    where = store.root / "models" / (folder_name(policy) if policy else "")
+    return where / folder_name(method_label) / f"seed-{seed}"
+
+
+def trained_dir(store, planned):
+    """Where a planned cell's trained component is saved. A reward model is trained on the reward backbone
+    and shared by every policy (their tokenizers are checked to be one: model_checks.check_shared_rewards);
+    a policy-side method trains on the policy itself, so each policy gets its own."""
+    policy = planned.cell.policy if planned.needs == "policy_method" else None
+    return model_dir(store, planned.method_label, planned.cell.seed, policy)
 
 
 def training_pairs(run, formatter) -> tuple[PairData, PairData, dict[str, PairData]]:
@@ -124,7 +134,7 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
                                         frozen=getattr(method_cls, "pretrained", False))
     meter, work = ctx.policy.meter, {}
     meter.watch(backbone.lm.model)
-    where = model_dir(run.store, planned.method_label, ctx.seed)
+    where = trained_dir(run.store, planned)
     saved = _load_saved(method_cls, where)
     if saved is not None:
         trained = TrainedReward(saved[0], backbone, saved[1])
@@ -183,7 +193,7 @@ def _policy_model(config, policy_lm, where):
 def trained_policy_method(ctx) -> TrainedPolicyMethod:
     """The cell's policy-side method (P-DPO): loaded if saved, else fitted on the policy and adapted."""
     run, planned = ctx.run, ctx.planned
-    where = model_dir(run.store, planned.method_label, ctx.seed)
+    where = trained_dir(run.store, planned)
     method_cls = METHODS.get(planned.method.name)
     saved = _load_saved(method_cls, where)
     lm = _policy_model(run.config, ctx.policy.lm, where)
