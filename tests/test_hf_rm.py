@@ -110,3 +110,21 @@ def test_in_lora_mode_it_neither_builds_nor_saves_a_lora_backbone(classifier_dir
     store = run(load_config("demo-baselines", overrides), tmp_path / "run", log=lambda *_: None)
     assert {m["decoder"] for m in store.all_metrics()} == {"Zero-Shot", "HF RM"}
     assert not list((tmp_path / "run" / "models").glob("*/seed-0/adapter"))
+
+
+def test_a_cut_input_keeps_the_response_and_ties_from_cutting_are_counted(classifier_dir, tiny_lm):
+    """Issue #40: at max_length 64 every ARGS candidate got the same reward: truncation dropped the end (the
+    response). Now the beginning goes; a tokenizer that still cuts the end makes ties, and they are counted."""
+    from persalign.rewards.hf_rm import HFRewardSettings
+
+    method = METHODS.get("hf_rm")(0, HFRewardSettings(model=str(classifier_dir), max_length=8))
+    method.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] + ' ' }}{% endfor %}"  # one text
+    method.bind(tiny_lm)
+    prompt = tiny_lm.tokenizer.encode("write the headline of the user " * 6, add_special_tokens=False)
+    candidates = torch.tensor([[tiny_lm.tokenizer.convert_tokens_to_ids(c) for c in ("a", "b", "c", "d")]])
+    rewards, read = method.candidate_rewards([prompt], [[]], candidates)
+    assert max(read[0]) == 8 and len(set(rewards[0].tolist())) > 1  # cut, yet the candidates are told apart
+    assert method.truncation_ties == 0
+    method.tokenizer.truncation_side, method.memo = "right", {}  # the old behaviour
+    rewards, _ = method.candidate_rewards([prompt], [[]], candidates)
+    assert len(set(rewards[0].tolist())) == 1 and method.truncation_ties == 1

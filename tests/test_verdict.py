@@ -159,3 +159,13 @@ def test_a_reward_method_that_chose_lambda_zero_is_labelled_greedy_and_is_no_fin
     assert "| Off RM (λ = 0: greedy) |" in text and "= greedy (λ = 0)" in text
     assert "beats the best reward method that steers (Cheap RM)" in text
     assert "1 of 3 reward methods (Off RM) chose λ = 0: the reward switched off, greedy decoding." in text
+
+
+def test_argss_steps_that_a_cut_reward_input_made_greedy_are_reported(stored_run):
+    store = RunStore(stored_run)
+    metrics = store.cell_dir(Cell("pol", "Cheap RM", 0)) / "metrics.json"
+    stored = json.loads(metrics.read_text())
+    stored["settings"]["truncation_ties"] = 7
+    metrics.write_text(json.dumps(stored))
+    assert "because the reward model cut its input (hf_rm max_length; ARGS was greedy there): Cheap RM 7" in \
+        build_report(stored_run)

@@ -123,9 +123,10 @@ class ArgsDeployment(TrainedDeployment):
                                "rm_zero_shot": float(scores[n + i]), "win": win["correct"], "win_tie": win["tie"]})
 
     def settings(self) -> dict:
+        ties = getattr(self.trained.method, "truncation_ties", None)  # a text-level RM that cut its inputs
         return {"lambda": self.lam, "lambda_rule": self.choice["rule"], "lambda_s": self.choice.get("seconds", 0.0),
-                "lambda_flops": self.choice.get("flops"),
-                "top_k": self.args.top_k, **self.training_settings()}
+                "lambda_flops": self.choice.get("flops"), "top_k": self.args.top_k,
+                **({"truncation_ties": ties} if ties else {}), **self.training_settings()}
 
     def summary_line(self, metrics: dict) -> str:
         return f"λ={self.lam} ({self.choice['rule']}), " + super().summary_line(metrics)

@@ -237,6 +237,12 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
     parts += study_sections(analyses, bon_curves(frame))
     parts += ["", "## Cost (seconds, summed over seeds) and chosen λ", "", cost_table(frame)]
     parts += method_settings(frame)
+    cut = [(label, s["truncation_ties"]) for label, s in zip(frame["decoder"], frame["settings"])
+           if isinstance(s, dict) and s.get("truncation_ties")]
+    if cut:
+        parts += ["", "Warning: ARGS steps at which every candidate got the same reward because the reward model "
+                  "cut its input (hf_rm max_length; ARGS was greedy there): "
+                  + ", ".join(f"{label} {n}" for label, n in cut)]
     ties = frame.groupby("decoder")["policy_ties"].mean()
     if (ties > 0).any():
         parts += ["", "Policy-accuracy ties (%): " + ", ".join(f"{k} {v:.2f}" for k, v in ties.items() if v > 0)]

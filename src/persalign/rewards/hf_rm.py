@@ -44,7 +44,8 @@ class HFRewardSettings:
     model: str = setting("", "hub id or local folder of an AutoModelForSequenceClassification with one output",
                          TEXT)
     batch_size: int = setting(16, "texts per classifier forward", COUNT)
-    max_length: int = setting(1024, "RM tokens read per text (longer texts keep their beginning)", COUNT)
+    max_length: int = setting(1024, "RM tokens read per text (longer texts keep their end: the response and the "
+                                     "end of the prompt)", COUNT)
     seed: int = field(default=0, metadata={"doc": "the run's seed (nothing here is random)", "internal": True})
 
 
@@ -65,8 +66,12 @@ class HFRewardModel(nn.Module):
             raise ConfigError("hf_rm needs `model:` (a hub id or a folder of a sequence-classification model)")
         self.settings, self.users = settings, {GENERIC_USER: 0}
         self.classifier, self.tokenizer = load_classifier(settings.model)
+        # a text longer than max_length loses its beginning, never the response being judged: cutting the end
+        # gave every ARGS candidate the same reward (ARGS silently greedy)
+        self.tokenizer.truncation_side = "left"
         self.memo: dict[tuple[str, str], tuple[float, int]] = {}  # text -> (reward, RM tokens read)
         self.policy_tokenizer = None
+        self.truncation_ties = 0  # ARGS steps whose candidates all got one reward from cut inputs (reported)
 
     @classmethod
     def preflight(cls, settings: dict) -> None:
@@ -134,7 +139,10 @@ class HFRewardModel(nn.Module):
         k = candidates.shape[1]
         rewards = self.score_texts(pairs).reshape(len(prompts), k).to(candidates.device)
         lengths = [self.memo[p][1] for p in pairs]  # counted as read even when memoised: the cost by design
-        return rewards, [lengths[i * k : (i + 1) * k] for i in range(len(prompts))]
+        read = [lengths[i * k : (i + 1) * k] for i in range(len(prompts))]
+        cut = [max(row) >= self.settings.max_length for row in read]
+        self.truncation_ties += sum(c and bool((r == r[0]).all()) for c, r in zip(cut, rewards))
+        return rewards, read
 
     def user_ids(self, users: list[str]) -> torch.Tensor:
         return torch.zeros(len(users), dtype=torch.long)
