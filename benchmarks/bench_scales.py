@@ -76,7 +76,8 @@ def measure(size: str) -> dict:
     backbone = RewardBackbone(lm, f"bench-{size}", None)
     states: list = []
     stage(results, "features", lambda: states.extend(backbone.states(prompts, responses, 2)))
-    results["feature_bytes_per_response_token"] = states[0].element_size() * states[0].shape[-1]
+    stored = torch.empty(0, dtype=backbone.stored_dtype).element_size()  # the cache keeps the model's precision
+    results["feature_bytes_per_response_token"] = stored * states[0].shape[-1]
     stage(results, "scoring", lambda: logprob_sums(lm, prompts + prompts, responses + responses[::-1], 4))
     stage(results, "pdpo_step", lambda: soft_prompt_backward(model, prompts[0] + responses[0]))
     return results

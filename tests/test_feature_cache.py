@@ -75,3 +75,26 @@ def test_a_cache_filled_by_the_padded_feature_pass_is_not_mixed_in(tiny_lm, tmp_
     written = next((tmp_path / "features").iterdir())
     written.rename(tmp_path / "features" / "tiny-old")  # where the padded pass of earlier versions kept its shards
     assert RewardBackbone(tiny_lm, "tiny-old", tmp_path)._cache == {}
+
+
+def test_a_bf16_backbone_stores_bf16_states_and_hands_out_their_exact_float32(tiny_lm, tmp_path):
+    """Issue #40 point 4: float32 copies of a bf16 model's states doubled the cache (7B: 14 KiB per
+    response token) for no information. Fails before: the shard held float32."""
+    import copy
+
+    from safetensors.torch import load_file
+
+    from persalign.models.loading import LoadedLM
+
+    lm = LoadedLM("tiny-bf16", copy.deepcopy(tiny_lm.model).to(torch.bfloat16), tiny_lm.tokenizer, tiny_lm.device)
+    data = toy_pairs(tiny_lm, 6, 0)
+    backbone = RewardBackbone(lm, "tiny-bf16", tmp_path)
+    states = backbone.states(data.prompts, data.chosen)
+    assert all(s.dtype == torch.float32 for s in states)
+    stored = load_file(str(next(backbone.cache_path.glob("shard-*.safetensors"))))
+    assert {t.dtype for t in stored.values()} == {torch.bfloat16}
+    reloaded = RewardBackbone(lm, "tiny-bf16", tmp_path).states(data.prompts, data.chosen)
+    uncached = RewardBackbone(lm, "tiny-bf16-uncached").states(data.prompts, data.chosen)
+    for a, b, c in zip(states, reloaded, uncached):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    assert {RewardBackbone(tiny_lm, "tiny-f32").stored_dtype} == {torch.float32}
