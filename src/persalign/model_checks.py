@@ -40,6 +40,8 @@ def policy_config(name: str, cache_dir: str | None):
     """A policy's model config, without its weights where the model has a folder."""
     from persalign.registry import MODELS
 
+    if name in MODELS and MODELS.get(name).config is not None:
+        return MODELS.get(name).config()
     if name in MODELS and MODELS.get(name).build is not None:
         return MODELS.get(name).build()[0].config
     from transformers import AutoConfig
@@ -62,6 +64,8 @@ def policy_tokenizer(name: str, cache_dir: str | None):
     """A policy's tokenizer alone (no weights where the model has a folder)."""
     from persalign.registry import MODELS
 
+    if name in MODELS and MODELS.get(name).tokenizer is not None:
+        return MODELS.get(name).tokenizer()
     if name in MODELS and MODELS.get(name).build is not None:
         return MODELS.get(name).build()[1]
     from transformers import AutoTokenizer

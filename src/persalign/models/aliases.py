@@ -12,6 +12,7 @@ Any other name is passed to transformers as a hub id or local path.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import shutil
@@ -32,6 +33,10 @@ class ModelAlias:
     kind: str  # "causal-lm" or "encoder"
     resolve: Callable[[Path], Path] | None = None  # cache dir -> local folder
     build: Callable[[], tuple] | None = None  # -> (model, tokenizer), built in code
+    # the built model's config and tokenizer alone: checks and plans need them, and building a 7B model
+    # for its vocabulary size took minutes and 15 GiB
+    config: Callable[[], object] | None = None
+    tokenizer: Callable[[], object] | None = None
 
 
 def default_cache_dir(configured: str | None = None) -> Path:
@@ -98,7 +103,14 @@ def _qwen(size: str):
     return build
 
 
+def _qwen_part(name: str, *args):
+    from persalign.models import qwen_shapes
+
+    return getattr(qwen_shapes, name)(*args)
+
+
 for _size in ("0.5b", "1.5b", "3b", "7b"):  # the paper's scales, for dry runs: no weights exist for these names
     register_model_alias(f"qwen2.5-{_size}-random")(ModelAlias(
         f"Qwen2.5-{_size.upper()}-Instruct's architecture, random weights, bf16 (dry runs of the scale axis)",
-        "causal-lm", build=_qwen(_size)))
+        "causal-lm", build=_qwen(_size), config=functools.partial(_qwen_part, "qwen_config", _size),
+        tokenizer=functools.partial(_qwen_part, "qwen_tokenizer")))
