@@ -271,3 +271,16 @@ def test_a_batch_decoded_again_reuses_its_prompt_prefill_and_decodes_the_same(ti
     shared, shared_prefills = decode_all({})
     assert shared == alone
     assert (alone_prefills, shared_prefills) == (4, 1)
+
+
+def test_args_candidates_are_the_tokenizers_ids_when_the_policy_head_is_padded(tiny_lm):
+    """The paper's scales share one RM backbone (0.5B: 151,936 rows) with policies whose heads are padded
+    further (7B: 152,064). Fails before: a padded id among the candidates, an IndexError in the RM backbone."""
+    model, _ = tiny_llama(seed=5, padded_rows=64)
+    policy = LoadedLM("padded", model, tiny_lm.tokenizer, torch.device("cpu"))
+    method = random_method("global_rm", tiny_lm.model.config.hidden_size)
+    trace = []
+    vocab = len(tiny_lm.tokenizer)
+    args_decode(policy, RewardGuide(tiny_lm, method, ["u", "u"], lam=1.0, top_k=vocab - 8),
+                prompts_of(tiny_lm, ["short", "a longer article"]), max_new_tokens=3, trace=trace)
+    assert trace and all(int(candidates.max()) < vocab for candidates, _ in trace)

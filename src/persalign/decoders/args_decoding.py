@@ -87,7 +87,9 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
     live = torch.arange(len(prompts), device=policy.device)  # original row of each batch row
     next_pos, prefilled, step = positions[:, -1] + 1, time.perf_counter(), 0
     for step in range(max_new_tokens):
-        top_logprobs, candidates = logprobs.topk(guide.top_k, dim=-1)
+        # only the tokenizer's ids are candidates: rows past it (a padded head: Qwen2.5-7B has 152,064 for
+        # 151,665 tokens) are no text, and a reward backbone of another scale has no embedding for them
+        top_logprobs, candidates = logprobs[:, : len(policy.tokenizer)].topk(guide.top_k, dim=-1)
         rewards = scorer.token_rewards(candidates, mask, next_pos, users)  # (rows, k) token rewards
         candidate_prefix = pool.extend(rewards, guide.method.pooling)
         choice = (top_logprobs + lams[:, None] * candidate_prefix).argmax(dim=-1)

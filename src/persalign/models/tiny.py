@@ -38,11 +38,12 @@ def byte_tokenizer(chat: bool = True, extra_specials: tuple[str, ...] = ()) -> P
 
 
 def tiny_llama(seed: int = 0, hidden_size: int = 64, layers: int = 2, chat: bool = True,
-               extra_specials: tuple[str, ...] = ()):
-    """(model, tokenizer): a 2-layer random Llama over the byte tokenizer."""
+               extra_specials: tuple[str, ...] = (), padded_rows: int = 0):
+    """(model, tokenizer): a 2-layer random Llama over the byte tokenizer; `padded_rows` extra output rows
+    past the tokenizer, as real checkpoints pad theirs (Qwen2.5-7B: 152,064 rows for 151,665 tokens)."""
     tokenizer = byte_tokenizer(chat=chat, extra_specials=extra_specials)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        vocab_size=len(tokenizer) + padded_rows, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
         num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
         max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
