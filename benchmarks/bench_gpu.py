@@ -20,12 +20,13 @@ prompts/s at batch 1 and ≥ 10× at batch 16.
 from __future__ import annotations
 
 import argparse
+import functools
 import random
 import time
 
 import torch
 from tokenizers import Tokenizer, models
-from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast, Qwen2Config
+from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
 from bench_args import reference_args, run_batches
 from common import emit, machine
@@ -33,19 +34,11 @@ from persalign.decoders.args_decoding import RewardGuide, args_decode
 from persalign.decoding import decode, greedy
 from persalign.models.device import resolve_device, resolve_dtype
 from persalign.models.loading import LoadedLM
+from persalign.models.qwen_shapes import qwen_config
 from persalign.registry import METHODS
 
-QWEN_VOCAB = 151936
-ARCHITECTURES = {  # the published configs' shapes
-    "qwen2.5-0.5b": lambda: Qwen2Config(vocab_size=QWEN_VOCAB, hidden_size=896, intermediate_size=4864,
-                                        num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
-                                        tie_word_embeddings=True),
-    "qwen2.5-1.5b": lambda: Qwen2Config(vocab_size=QWEN_VOCAB, hidden_size=1536, intermediate_size=8960,
-                                        num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2,
-                                        tie_word_embeddings=True),
-    "qwen2.5-7b": lambda: Qwen2Config(vocab_size=152064, hidden_size=3584, intermediate_size=18944,
-                                      num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
-                                      tie_word_embeddings=False),
+ARCHITECTURES = {  # the published configs' shapes (persalign.models.qwen_shapes: the one table of them)
+    **{f"qwen2.5-{size}": functools.partial(qwen_config, size) for size in ("0.5b", "1.5b", "3b", "7b")},
     "tiny": lambda: LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                                 num_attention_heads=4, num_key_value_heads=2),
 }
