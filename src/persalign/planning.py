@@ -217,15 +217,16 @@ def plan_report(config, options: PlanOptions) -> str:
              f"cells: {sum(design.cells.values())} (" + ", ".join(
                  f"{n} {kind}{f' {shots}-shot' if shots else ''}" for (kind, shots), n in design.cells.items())
              + f"); trained models: {design.trained}", "",
-             f"| stage | counted TFLOP | this machine (h) | GPU projection (h, {options.gpu_tflops:g} TFLOP/s × "
+             f"| stage | counted TFLOP | this machine (h) | GPU projection (min, {options.gpu_tflops:g} TFLOP/s × "
              f"{options.utilisation:g}) |", "|---|---|---|---|"]
     for stage in work:
-        lines.append(f"| {stage} | {work[stage] / 1e12:.1f} | {here[stage] / 3600:.2f} | {gpu[stage] / 3600:.4f} |")
+        lines.append(f"| {stage} | {work[stage] / 1e12:.1f} | {here[stage] / 3600:.2f} | {gpu[stage] / 60:.3g} |")
     lines += [f"| total | {sum(work.values()) / 1e12:.1f} | {sum(here.values()) / 3600:.2f} | "
-              f"{sum(gpu.values()) / 3600:.4f} |", "",
+              f"{sum(gpu.values()) / 60:.3g} |", "",
               f"Upper bounds: every output max_new_tokens ({config.generation.max_new_tokens}) long, every ARGS cell "
               f"steering; training not projected (heads are cheap; P-DPO is not). This machine: work ÷ its measured "
-              f"rates (decode {rates['decode']:.0f}, prefill {rates['prefill']:.0f} GFLOP/s) × {options.slowdown:g}.", ""]
+              f"rates (decode {rates['decode']:.0f}, prefill {rates['prefill']:.0f} GFLOP/s) × {options.slowdown:g}. The GPU "
+              f"column counts FLOPs only; decode steps there are bound by weight reads (docs/scale-out.md).", ""]
     lines += power_lines(design, components, here, options)
     return "\n".join(lines)
 
