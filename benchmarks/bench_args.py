@@ -31,7 +31,7 @@ import time
 import torch
 
 from common import emit, machine, news_query_pairs, peak_memory_mib
-from persalign.decoders.args_decoding import RewardGuide, args_decode, tree_forward
+from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode, tree_forward
 from persalign.decoding import decode, extend_mask, greedy, prefill
 from persalign.models.loading import decoder_stack, load_causal_lm
 from persalign.prompts import PromptFormatter
@@ -110,7 +110,7 @@ def shared_prefill_rows(policy, rms, method, prompts, args, max_new) -> dict:
         def once(prefills, rm=rm):
             st = {}
             guide = RewardGuide(rm, method, ["u"] * len(prompts), lam=args.lam, top_k=args.k, prefills=prefills)
-            out, sec = timed(lambda: args_decode(policy, guide, prompts, max_new, stats=st))
+            out, sec = timed(lambda: args_decode(policy, guide, prompts, max_new, DecodeRecord(st)))
             return out, sec, st["prefill_s"]
         filled, _, _ = once(memo)  # fills the memo, untimed: the first method × seed × λ pays it
         fresh, reused = [], []
@@ -147,7 +147,7 @@ def speed_rows(policy, rms, method, prompts, args, max_new) -> dict:
         for name, rm in rms.items():
             def guided(ps, st, rm=rm):
                 guide = RewardGuide(rm, method, ["u"] * len(ps), lam=args.lam, top_k=args.k)
-                return args_decode(policy, guide, ps, max_new, stats=st)
+                return args_decode(policy, guide, ps, max_new, DecodeRecord(st))
             measured = run_batches(guided, prompts, batch)
             steps = sum(s["steps"] for s in measured["stats"])
             measured["decode_s_per_step"] = sum(s["decode_s"] for s in measured["stats"]) / steps

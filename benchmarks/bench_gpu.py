@@ -30,7 +30,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerF
 
 from bench_args import reference_args, run_batches
 from common import emit, machine
-from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
 from persalign.decoding import decode, greedy
 from persalign.models.device import resolve_device, resolve_dtype
 from persalign.models.loading import LoadedLM
@@ -102,7 +102,7 @@ def bench_architecture(arch: str, args, device: torch.device, dtype: torch.dtype
         for name, rm in (("args_separate_rm", separate_rm), ("args_shared", policy)):
             def guided(ps, st, rm=rm):
                 guide = RewardGuide(rm, head, ["u"] * len(ps), lam=1.0, top_k=args.k)
-                return args_decode(policy, guide, ps, args.max_new, stats=st)
+                return args_decode(policy, guide, ps, args.max_new, DecodeRecord(st))
             row[name] = measure(guided, prompts, batch, device)
             row[name]["over_greedy_tokens_per_s"] = row[name]["tokens_per_s"] / greedy_run["tokens_per_s"]
         out[f"batch{batch}"] = row

@@ -22,6 +22,7 @@ Projections until measured on a GPU (benchmarks/bench_gpu.py).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from pathlib import Path
 
@@ -113,6 +114,7 @@ def stage_memory(config, design: Design, size: str, measured: dict | None) -> di
     return {stage: value / GiB for stage, value in out.items()}
 
 
+@functools.lru_cache(maxsize=None)
 def params_of(size: str) -> float:
     import torch
     from transformers import Qwen2ForCausalLM

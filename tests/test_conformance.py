@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
 from persalign.config import MethodConfig, RewardConfig
 from persalign.prompts import PromptFormatter
 from persalign.registry import METHODS
@@ -141,7 +141,7 @@ def test_rewards_are_finite_and_candidates_match_prefix_rewards(name, fitted, ti
     users = ["a-new1", "b-new1"]
     trace = []
     generated = args_decode(tiny_lm, RewardGuide(tiny_lm, method, users, lam=1.0, top_k=3), prompts,
-                            max_new_tokens=4, trace=trace)
+                            max_new_tokens=4, record=DecodeRecord(trace=trace))
     for row, (prompt, user) in enumerate(zip(prompts, users)):
         for step, (candidates, rewards) in enumerate(trace[: len(generated[row])]):
             assert torch.isfinite(rewards).all()

@@ -2,7 +2,7 @@
 
 import torch
 
-from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
 from persalign.registry import METHODS
@@ -43,7 +43,7 @@ def test_genarm_learns_a_toy_preference_and_args_reads_the_same_rewards(tiny_lm)
     for guide_lm in (tiny_lm, separate):
         trace = []
         generated = args_decode(tiny_lm, RewardGuide(guide_lm, method, ["u", "u"], lam=2.0, top_k=4), prompts,
-                                max_new_tokens=5, trace=trace)
+                                max_new_tokens=5, record=DecodeRecord(trace=trace))
         for row, prompt in enumerate(prompts):
             for step in range(len(generated[row])):
                 candidates, rewards = trace[step]

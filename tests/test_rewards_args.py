@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
 from persalign.decoding import decode, greedy
 from persalign.errors import ConfigError
 from persalign.models.loading import LoadedLM
@@ -65,7 +65,7 @@ def test_args_candidate_rewards_equal_teacher_forced_prefix_rewards(tiny_lm, nam
     prompts = prompts_of(tiny_lm, ["short", "a considerably longer article text"])
     trace = []
     generated = args_decode(tiny_lm, RewardGuide(rm_lm, method, ["u", "u"], lam=1.0, top_k=4), prompts,
-                            max_new_tokens=5, trace=trace)
+                            max_new_tokens=5, record=DecodeRecord(trace=trace))
     checked = 0
     for row, prompt in enumerate(prompts):
         for step, (candidates, rewards) in enumerate(trace):
@@ -282,5 +282,5 @@ def test_args_candidates_are_the_tokenizers_ids_when_the_policy_head_is_padded(t
     trace = []
     vocab = len(tiny_lm.tokenizer)
     args_decode(policy, RewardGuide(tiny_lm, method, ["u", "u"], lam=1.0, top_k=vocab - 8),
-                prompts_of(tiny_lm, ["short", "a longer article"]), max_new_tokens=3, trace=trace)
+                prompts_of(tiny_lm, ["short", "a longer article"]), max_new_tokens=3, record=DecodeRecord(trace=trace))
     assert trace and all(int(candidates.max()) < vocab for candidates, _ in trace)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import time
 
-from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
 from persalign.decoders.args_lambda import choose_lambda
 from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
@@ -74,7 +74,7 @@ class ArgsDeployment(TrainedDeployment):
         guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, self.args.top_k)
         max_new = self.generation.max_new_tokens
         stats: dict = {}
-        ids = args_decode(self.lm, guide, batch.prompts, max_new, stats=stats)
+        ids = args_decode(self.lm, guide, batch.prompts, max_new, DecodeRecord(stats))
         shapes, token_level = reward_shapes(self.ctx.policy, self.trained), self.trained.method.token_level
         if stats.get("reward_texts") is not None:  # a text-level RM counted what it read, row by row
             work = [text_args_work(shapes, len(p), len(row), max_new, read).columns()

@@ -33,6 +33,7 @@ How it is made fast:
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import torch
 
@@ -65,14 +66,19 @@ def record_step(trace: list, rows: int, live: torch.Tensor, candidates: torch.Te
     trace.append((full, full_rewards))
 
 
+@dataclass
+class DecodeRecord:
+    """What `args_decode` reports beside the tokens: prefill and decode seconds, steps and the texts a
+    text-level RM read (`stats`); per step the candidates and their prefix rewards when `trace` is a list."""
+
+    stats: dict = field(default_factory=dict)
+    trace: list | None = None
+
+
 @torch.no_grad()
 def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_tokens: int,
-                trace: list | None = None, stats: dict | None = None) -> list[list[int]]:
-    """ARGS-decode every prompt (Eq. 1); returns new token ids per row.
-
-    `trace` collects (candidates, candidate prefix rewards) per step; `stats`
-    receives prefill seconds, decode seconds and the number of steps.
-    """
+                record: DecodeRecord | None = None) -> list[list[int]]:
+    """ARGS-decode every prompt (Eq. 1); returns new token ids per row."""
     if not getattr(guide.method, "text_level", False):  # a text-level RM reads text: any tokenizer will do
         check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
     guide.method.bind(guide.lm)
@@ -93,8 +99,8 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
         rewards = scorer.token_rewards(candidates, mask, next_pos, users)  # (rows, k) token rewards
         candidate_prefix = pool.extend(rewards, guide.method.pooling)
         choice = (top_logprobs + lams[:, None] * candidate_prefix).argmax(dim=-1)
-        if trace is not None:
-            record_step(trace, len(prompts), live, candidates, candidate_prefix)
+        if record is not None and record.trace is not None:
+            record_step(record.trace, len(prompts), live, candidates, candidate_prefix)
         pool.commit(rewards.gather(1, choice[:, None]).squeeze(1))
         tokens = rows.push(candidates.gather(1, choice[:, None]).squeeze(1), live)
         if rows.done or step == max_new_tokens - 1:
@@ -111,12 +117,12 @@ def args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_to
             index = torch.nonzero(keep).flatten()
             select_rows(policy_cache, index)
             scorer.select(index)
-            live, mask, next_pos, logprobs, users = live[index], mask[index], next_pos[index], logprobs[index], users[index]
-            lams = lams[index]
+            live, mask, next_pos, logprobs, users, lams = (t[index] for t in (live, mask, next_pos, logprobs, users,
+                                                                               lams))
             pool = PoolingState(pool.total[index], pool.count[index])
-    if stats is not None:
-        stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1,
-                     reward_texts=getattr(scorer, "read", None))
+    if record is not None:
+        record.stats.update(prefill_s=prefilled - started, decode_s=time.perf_counter() - prefilled, steps=step + 1,
+                            reward_texts=getattr(scorer, "read", None))
     return rows.generated
 
 

@@ -95,15 +95,8 @@ register_model_alias("minilm-l6")(
 register_model_alias("tiny-llama")(ModelAlias("random 2-layer Llama built in code (tests)", "causal-lm", build=_tiny))
 
 
-def _qwen(size: str):
-    def build():
-        from persalign.models.qwen_shapes import qwen_random
-
-        return qwen_random(size)
-    return build
-
-
 def _qwen_part(name: str, *args):
+    """qwen_shapes.NAME(*args), imported when called (transformers is not loaded at import time)."""
     from persalign.models import qwen_shapes
 
     return getattr(qwen_shapes, name)(*args)
@@ -112,5 +105,6 @@ def _qwen_part(name: str, *args):
 for _size in ("0.5b", "1.5b", "3b", "7b"):  # the paper's scales, for dry runs: no weights exist for these names
     register_model_alias(f"qwen2.5-{_size}-random")(ModelAlias(
         f"Qwen2.5-{_size.upper()}-Instruct's architecture, random weights, bf16 (dry runs of the scale axis)",
-        "causal-lm", build=_qwen(_size), config=functools.partial(_qwen_part, "qwen_config", _size),
+        "causal-lm", build=functools.partial(_qwen_part, "qwen_random", _size),
+        config=functools.partial(_qwen_part, "qwen_config", _size),
         tokenizer=functools.partial(_qwen_part, "qwen_tokenizer")))

@@ -10,7 +10,7 @@ rest placeholders that decode to "<fN>") and its special tokens and chat
 template, so every id a random model can emit decodes. Models are built in
 bfloat16 (the published dtype): a float32 7B would not fit a 24 GiB machine.
 
-    persalign run demo-baselines policies=[qwen2.5-0.5b-random] split.max_query_per_user=1 generation.max_new_tokens=4
+    persalign run configs/scales_dry_run.yaml policies=[qwen2.5-1.5b-random]
 """
 
 from __future__ import annotations
