@@ -149,7 +149,7 @@ def test_a_resume_whose_data_file_changed_is_refused_naming_the_file(tmp_path, c
                                    "output": f"headline {i}"} for i in range(48)]))
     argv = ["run", "demo-baselines", "-o", str(tmp_path / "run"), "policies=[tiny-llama]", "data.embedder=hashing-bow",
             "metrics.names=[rouge]", "seeds=[0]", "generation.max_new_tokens=2", "decoders=[{name: zero_shot}]",
-            "data.dataset=completions_jsonl", f"data.path={data}", "data.min_items_per_user=5",
+            "data.dataset=completions_jsonl", "data.task=headline", f"data.path={data}", "data.min_items_per_user=5",
             "split.adapt_fraction=0.5"]
     assert cli.main(argv) == 0
     assert cli.main(argv) == 0  # the same data: resumed (nothing to do)

@@ -99,7 +99,7 @@ def test_an_inline_task_error_names_the_field_at_fault(tmp_path, capsys, overrid
 ])
 def test_data_paths_and_records_that_cannot_be_pairs_are_named(tmp_path, capsys, make, message):
     path = make(tmp_path)
-    line = cli_error(capsys, ["data", "summary", "demo-baselines", "data.dataset=preferences_jsonl",
+    line = cli_error(capsys, ["data", "summary", "demo-baselines", "data.dataset=preferences_jsonl", "data.task=chat",
                               f"data.path={path}"])
     assert message in line and str(path) in line, line
 
@@ -119,7 +119,7 @@ def test_a_huge_record_is_cut_to_the_prompt_budget_and_counted(tmp_path, cache_d
     records = [{"user": f"u{i % 4}", "input": f"article {i}", "output": f"headline {i}"} for i in range(48)]
     records[0]["input"] = "word " * 1_000_000  # 5 MB
     data.write_text("".join(json.dumps(r) + "\n" for r in records))
-    config = tiny_config("seeds=[0]", "decoders=[{name: zero_shot}]", "data.dataset=completions_jsonl",
+    config = tiny_config("seeds=[0]", "decoders=[{name: zero_shot}]", "data.dataset=completions_jsonl", "data.task=headline",
                          f"data.path={data}", "data.min_items_per_user=5", "split.adapt_fraction=0.5",
                          "generation.max_prompt_tokens=200", "generation.max_new_tokens=2")
     store = run(config, tmp_path / "run", **QUIET)

@@ -79,8 +79,9 @@ def test_loader_errors_name_file_record_and_problem(tmp_path, capsys, fixtures, 
         shutil.copy(fixtures / "lamp5_dev_outputs.json", tmp_path / "dev_outputs.json")
     else:
         path.write_bytes(content)
+    task = ["data.task=headline"] if dataset.endswith("_jsonl") else []  # your own data states its task
     line = cli_error(capsys, ["data", "summary", "demo-baselines", f"data.dataset={dataset}", f"data.path={path}",
-                              "data.max_items_per_user=5", "data.embedder=hashing-bow"])
+                              "data.max_items_per_user=5", "data.embedder=hashing-bow"] + task)
     assert line.startswith(f"persalign: error: {path}, {message}"), line
 
 
@@ -101,5 +102,5 @@ def test_identical_chosen_and_rejected_are_dropped_and_reported(tmp_path, capsys
     records[3]["rejected"] = records[3]["chosen"]
     path = tmp_path / "pairs.jsonl"
     path.write_bytes(jsonl_bytes(records))
-    assert cli.main(["data", "summary", "demo-baselines", "data.dataset=preferences_jsonl", f"data.path={path}"]) == 0
+    assert cli.main(["data", "summary", "demo-baselines", "data.dataset=preferences_jsonl", "data.task=chat", f"data.path={path}"]) == 0
     assert "pairs_with_chosen_equal_to_rejected_dropped=1" in capsys.readouterr().out

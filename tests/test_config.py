@@ -93,9 +93,16 @@ def test_inline_task_template_from_a_config_or_the_command_line():
     from persalign.models.tiny import byte_tokenizer
     from persalign.prompts import PromptFormatter
 
-    config = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "my_writing.yaml"))
-    assert config.data.task == TaskSpec("Write the subject line for this commit message body.", "Commit message",
-                                        "Subject line")
+    my_writing = str(Path(__file__).resolve().parents[1] / "configs" / "my_writing.yaml")
+    # issue #43 (1): the own-data example carried a commit-message task that a product-Q&A run used silently
+    with pytest.raises(ConfigError, match=r"data\.task: your own data \(completions_jsonl\) needs the task its "
+                                          r"prompts ask for; set a named one .*e\.g\. data\.task=chat"):
+        load_config(my_writing)
+    with pytest.raises(ConfigError, match=r"data\.task: your own data \(preferences_jsonl\)"):
+        load_config("demo-baselines", ["data.dataset=preferences_jsonl", "data.path=pairs.jsonl"])
+    config = load_config(my_writing, ["data.task={instruction: Answer the product question., input_label: Question, "
+                                      "output_label: Answer}"])
+    assert config.data.task == TaskSpec("Answer the product question.", "Question", "Answer")
     override = load_config("demo-baselines", ["data.task={instruction: Write a title for this review., input_label: Review, "
                                     "output_label: Title}"])
     formatter = PromptFormatter(byte_tokenizer(chat=False), override.data.task)

@@ -36,15 +36,39 @@ def test_results_json_is_written_with_every_cell_its_ci_settings_costs_and_prove
     assert pal["mean"] == pytest.approx(cells["PAL"]["policy_accuracy"])  # one seed: the cell is the summary
 
 
-def test_export_csv_is_one_row_per_cell_for_pandas(finished, tmp_path, capsys):
+def test_export_csv_is_one_tidy_row_per_cell_for_pandas(finished, tmp_path, capsys):
+    """Issue #43 (5): before, the CSV began policy, decoder, seed, examples, had no method, λ, run, data set or
+    interval column, and 55 columns mostly of cost internals."""
     out = tmp_path / "cells.csv"
     assert cli.main(["export", str(finished), "--format", "csv", "-o", str(out)]) == 0
     frame = pd.read_csv(out)
-    assert len(frame) == 4 and list(frame.columns[:4]) == ["policy", "decoder", "seed", "examples"]
-    pal = frame.set_index("decoder").loc["PAL"]
-    assert pal["rouge1"] == pytest.approx(json.loads((finished / "results.json").read_text())["cells"][3]["rouge1"])
-    assert any(c.startswith("counted_work.") for c in frame.columns)
-    assert any(c.startswith("stage_seconds.") for c in frame.columns)
+    assert len(frame) == 4
+    assert list(frame.columns[:11]) == ["run", "dataset", "policy", "seed", "method", "deployment", "label",
+                                        "lambda", "shots", "users", "examples"]
+    assert set(frame["run"]) == {"run"} and set(frame["dataset"]) == {"demo"}
+    pal = frame.set_index("label").filter(like="PAL", axis=0).iloc[0]
+    cells = {c["decoder"]: c for c in json.loads((finished / "results.json").read_text())["cells"]}
+    assert pal["method"] == "pal" and pal["deployment"] == "args"
+    assert pal["lambda"] == pytest.approx(cells["PAL"]["settings"]["lambda"])
+    assert pal["rouge1"] == pytest.approx(cells["PAL"]["rouge1"])
+    assert {"rouge1_low", "rouge1_high", "policy_accuracy_low", "generation_flops_per_output"} <= set(frame.columns)
+    assert set(frame.set_index("deployment").loc[["icl", "icl_rag"], "shots"]) == {4}
+    assert not any("." in c for c in frame.columns) and len(frame.columns) < 35
+    assert cli.main(["export", str(finished), "--format", "csv", "--costs", "-o", str(out)]) == 0
+    costs = pd.read_csv(out)
+    assert any(c.startswith("counted_work.") for c in costs.columns)
+    assert any(c.startswith("stage_seconds.") for c in costs.columns)
+
+
+def test_the_exported_interval_is_the_reports_over_the_cells_users():
+    from persalign.analysis.intervals import PERCENT, mean_interval
+    from persalign.report.tidy import _interval
+
+    rows = [{"user": f"u{u}", "rouge1": 10.0 * u + q} for u in range(10) for q in range(2)]
+    low, high = _interval(rows, "rouge1")
+    expected = mean_interval([10.0 * u + 0.5 for u in range(10)], PERCENT)
+    assert (low, high) == (pytest.approx(expected["low"]), pytest.approx(expected["high"])) and low < 45.5 < high
+    assert _interval(rows[:6], "rouge1") == (None, None)  # 3 users: no interval, as in the reports
 
 
 def test_export_json_to_stdout_is_the_results_document(finished, capsys):

@@ -108,7 +108,7 @@ def test_a_run_dir_of_another_config_is_refused(tmp_path, cache_dir):
 def test_cli_prints_one_clean_error_line(tmp_path, capsys):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"user": "a", "input": "x"}\n')
-    code = cli.main(["data", "summary", "demo-baselines", "data.dataset=completions_jsonl", f"data.path={bad}",
+    code = cli.main(["data", "summary", "demo-baselines", "data.dataset=completions_jsonl", "data.task=headline", f"data.path={bad}",
                      "data.embedder=hashing-bow"])
     err = capsys.readouterr().err
     assert code == 2
@@ -212,7 +212,7 @@ def test_pair_only_data_gets_ranking_cells_without_generation(tmp_path, cache_di
                                      "rejected": text + ("." if bang else "!")}))
     path = tmp_path / "prefs.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    config = tiny_config("data.dataset=preferences_jsonl", f"data.path={path}", "data.task=chat",
+    config = tiny_config("data.dataset=preferences_jsonl", "data.task=chat", f"data.path={path}",
                          "data.min_items_per_user=5", "'methods=[{name: global_rm}]'".strip("'"), "reward.epochs=3",
                          "decoders=[{name: zero_shot}]", "seeds=[0]")
     store = run(config, tmp_path / "r", log=lambda *_: None)

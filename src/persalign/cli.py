@@ -12,28 +12,32 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import re
+import io
+import os
 import signal
 import sys
 import threading
 from pathlib import Path
 
+from persalign.cli_parser import build_parser, split_overrides  # noqa: F401  (split_overrides: tests use it here)
 from persalign.errors import PersalignError
-
-OVERRIDES_HELP = "config overrides such as seeds=[0,1] or generation.batch_size=8"
 
 
 def _cmd_run(args) -> None:
     from persalign.config import load_config
-    from persalign.report.markdown import build_report
+    from persalign.report.terminal import closing_summary
     from persalign.runner.run import run
 
     config = load_config(args.config, args.overrides)
-    store = run(config, args.output or f"runs/{config.name}", backend=_backend(args))
-    print(build_report(store.root))
+    store = run(config, args.output or f"runs/{config.name}", log=_log(args), backend=_backend(args))
+    print(closing_summary(store.root))
     _log_to_wandb(args, [store.root])
+
+
+def _log(args):
+    """Progress lines on standard output, or none with --quiet (errors still go to standard error)."""
+    return (lambda *_: None) if args.quiet else print
 
 
 def _log_to_wandb(args, run_dirs) -> None:
@@ -47,7 +51,12 @@ def _log_to_wandb(args, run_dirs) -> None:
 def _cmd_study(args) -> None:
     from persalign.study import run_study
 
-    run_dirs = run_study(args.configs, args.overrides, args.output, args.quick, backend=_backend(args))
+    from persalign.report.terminal import closing_summary
+
+    run_dirs = run_study(args.configs, args.overrides, args.output, args.quick, log=_log(args),
+                         backend=_backend(args))
+    for run_dir in run_dirs:
+        print(closing_summary(run_dir, written=True))
     _log_to_wandb(args, run_dirs)
 
 
@@ -58,21 +67,6 @@ def _backend(args):
     from persalign.runner.ray_backend import RayOptions
 
     return RayOptions(args.address, args.num_cpus, args.num_gpus, args.max_retries)
-
-
-def _add_backend_arguments(command) -> None:
-    group = command.add_argument_group("where the cells run")
-    group.add_argument("--backend", choices=["local", "ray"], default="local",
-                       help="local: one cell after another in this process; ray: every cell a Ray task "
-                            "(pip install 'persalign[ray]')")
-    group.add_argument("--address", help="Ray cluster to join (auto, or HOST:PORT); default: start one here")
-    group.add_argument("--num-cpus", type=float, default=1.0, help="CPUs each Ray task asks for")
-    group.add_argument("--num-gpus", type=float, default=0.0,
-                       help="GPUs each Ray task asks for; a fraction (0.25) lets small-model cells share one")
-    group.add_argument("--max-retries", type=int, default=2, help="retries of a Ray task whose worker died")
-    command.add_argument("--wandb-project", metavar="PROJECT",
-                         help="also log each finished run to Weights & Biases (pip install wandb; "
-                              "WANDB_MODE=offline logs into RUN_DIR/wandb)")
 
 
 def _cmd_report(args) -> int:
@@ -97,7 +91,7 @@ def _cmd_export(args) -> None:
     from persalign.files import write_atomic
     from persalign.report.results import export
 
-    text = export(args.run_dir, args.format)
+    text = export(args.run_dir, args.format, costs=args.costs)
     if args.output:
         write_atomic(Path(args.output), text)
         print(f"wrote {args.output}")
@@ -153,85 +147,6 @@ def os_problem(error: OSError) -> str:
             "fix that and re-run the same command to resume")
 
 
-OPTIONS_WITH_A_VALUE = {"-o", "--output", "--address", "--num-cpus", "--num-gpus", "--max-retries", "--format",
-                       "--from-run", "--budget-hours", "--gpu", "--gpu-tflops", "--utilisation", "--slowdown"}
-OVERRIDE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*=")
-
-
-def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
-    """(`key=value` overrides, the rest). Overrides may stand anywhere (also after -o DIR), which argparse
-    alone cannot parse; an option's value (`-o runs/a=b`) or an existing file (`x=y.yaml`) is never one."""
-    overrides, rest = [], []
-    for i, arg in enumerate(argv):
-        is_value = i > 0 and argv[i - 1] in OPTIONS_WITH_A_VALUE
-        if not is_value and OVERRIDE.match(arg) and not Path(arg).exists():
-            overrides.append(arg)
-        else:
-            rest.append(arg)
-    return overrides, rest
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="persalign", description=__doc__.split("\n\n")[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    run = commands.add_parser("run", help="evaluate a config (resumes an interrupted run)")
-    run.add_argument("config", help="a YAML config file, or a built-in config name (demo)")
-    run.add_argument("-o", "--output", help="run directory (default runs/NAME)")
-    run.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
-    _add_backend_arguments(run)
-    run.set_defaults(handler=_cmd_run)
-
-    study = commands.add_parser("study", help="sweep methods x policy models x seeds, then analyses and reports")
-    study.add_argument("configs", nargs="+", help="one config per data set (YAML file or built-in name)")
-    study.add_argument("-o", "--output", help="study directory (default runs/study-NAME)")
-    study.add_argument("--quick", action="store_true", help="CI-sized variant: one seed, few items, capped training")
-    _add_backend_arguments(study)
-    study.set_defaults(handler=_cmd_study, overrides=[])
-
-    report = commands.add_parser("report", help="print and save the tables of a run directory")
-    report.add_argument("run_dir", help="a directory written by `persalign run`")
-    report.add_argument("--format", choices=["md", "html"], default="md",
-                        help="md: print the Markdown tables; html: one self-contained file with figures")
-    report.set_defaults(handler=_cmd_report)
-
-    export = commands.add_parser("export", help="a run's results for other programs (docs/results-json.md)")
-    export.add_argument("run_dir", help="a directory written by `persalign run`")
-    export.add_argument("--format", choices=["csv", "json"], default="json",
-                        help="csv: one row per cell (pandas.read_csv); json: the versioned results.json document")
-    export.add_argument("-o", "--output", help="write to this file (default: standard output)")
-    export.set_defaults(handler=_cmd_export)
-
-    data = commands.add_parser("data", help="inspect data sets")
-    data_commands = data.add_subparsers(dest="data_command", required=True)
-    summary = data_commands.add_parser("summary", help="users, pairs per user and a few examples")
-    summary.add_argument("config", help="a YAML config file or built-in config name")
-    summary.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
-    summary.set_defaults(handler=_cmd_data_summary)
-
-    planning = commands.add_parser("plan", help="a study's cells, counted work, projected time and detectable "
-                                   "difference, before any heavy work")
-    planning.add_argument("config", help="a YAML config file or built-in config name")
-    planning.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
-    planning.add_argument("--from-run", metavar="RUN_DIR", help="a finished run of the same data: its users' "
-                          "variance components replace the stated defaults")
-    planning.add_argument("--budget-hours", type=float, help="propose the users × queries split that detects the "
-                          "smallest difference within this many hours on this machine")
-    planning.add_argument("--gpu", choices=["h100", "h200", "a100", "l40s", "l4"], default="h100",
-                          help="the GPU to project on, at its maker's dense bf16 peak")
-    planning.add_argument("--gpu-tflops", type=float, help="another GPU's peak (TFLOP/s) instead of --gpu's")
-    planning.add_argument("--utilisation", type=float, default=0.3, help="share of that peak assumed reached")
-    planning.add_argument("--slowdown", type=float, default=1.35,
-                          help="this machine's seconds ÷ its floor (1.35: measured on the full-size news study)")
-    planning.set_defaults(handler=_cmd_plan)
-
-    listing = commands.add_parser("list", help="registered data sets, methods, decoders, metrics, models")
-    listing.add_argument("--method", metavar="NAME", help="one method's settings: default, range, paper value, "
-                         "meaning (a registered name or a plugin's module:Class)")
-    listing.set_defaults(handler=_cmd_list)
-    return parser
-
-
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where the program is, so it unwinds like Ctrl-C: a batch is either stored or redone."""
 
@@ -256,15 +171,35 @@ def _terminate_like_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+HANDLERS = {"run": _cmd_run, "study": _cmd_study, "report": _cmd_report, "export": _cmd_export,
+            "summary": _cmd_data_summary, "plan": _cmd_plan, "list": _cmd_list}
+
+
+def _quiet_stderr(args):
+    """--quiet: progress bars and library chatter go to a sink while the command works (every bar is
+    `disable=None`, so without a terminal there are none anyway: a log gets a plain line per cell). Errors
+    are printed after the command has ended, to the real standard error."""
+    return contextlib.redirect_stderr(io.StringIO()) if getattr(args, "quiet", False) else contextlib.nullcontext()
+
+
+def _quiet_broken_pipe() -> int:
+    """`persalign list | head -2`: the reader left; end quietly (no flush error at exit either)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides, rest = split_overrides(argv)
-    args = build_parser().parse_args(rest)
+    args = build_parser(HANDLERS).parse_args(rest)
     if hasattr(args, "overrides"):
         args.overrides = overrides + args.overrides
     try:
-        with _terminate_like_interrupt():
+        with _terminate_like_interrupt(), _quiet_stderr(args):
             code = args.handler(args) or 0
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
     except PersalignError as exc:
         print(f"persalign: error: {exc}", file=sys.stderr)
         return 2

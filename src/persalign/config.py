@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import yaml
 
-from persalign.errors import ConfigError
+from persalign.errors import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ def from_dict(cls: type, data: dict[str, Any], where: str = "config") -> Any:
     valid = [f.name for f in dataclasses.fields(cls)]
     unknown = sorted(set(data) - set(valid))
     if unknown:
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys: {valid}")
+        raise ConfigError(f"{where}: unknown key(s) {unknown}{did_you_mean(unknown[0], valid)}; valid keys: {valid}")
     kwargs = {k: _coerce(v, hints[k], f"{where}.{k}") for k, v in data.items()}
     return cls(**kwargs)
 

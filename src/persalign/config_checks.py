@@ -138,9 +138,25 @@ def check_task(task, where: str) -> None:
                               "instruction, input_label and output_label, each non-empty text)")
 
 
+OWN_DATA = ("completions_jsonl", "preferences_jsonl")  # loaders with no task of their own
+
+
+def check_own_data_task(data, where: str) -> None:
+    """Your own data says what its prompts ask for: refused without `data.task` rather than run under a
+    guessed instruction (a neutral or borrowed one would measure another task and still print numbers)."""
+    if data.dataset in OWN_DATA and data.task is None:
+        from persalign.prompts import TASKS
+
+        raise ConfigError(
+            f"{where}.data.task: your own data ({data.dataset}) needs the task its prompts ask for; set a named "
+            f"one ({', '.join(sorted(TASKS))}), e.g. data.task=chat, or your own: 'data.task={{instruction: "
+            "Write a title for this product review., input_label: Review, output_label: Title}'")
+
+
 def validate(config, where: str = "config") -> None:
     """Raise ConfigError on the first value outside its allowed range."""
     check_task(config.data.task, where)
+    check_own_data_task(config.data, where)
     for key, rule in RULES.items():
         check_value(_get(config, key), rule, key, where)
     for i, decoder in enumerate(config.decoders):

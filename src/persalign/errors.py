@@ -28,3 +28,11 @@ class DataError(PersalignError):
 
 class ModelLoadError(PersalignError):
     """A model could not be loaded; the message says how to fix it."""
+
+
+def did_you_mean(name: object, choices) -> str:
+    """' (did you mean 'prototypes'?)' for a near-miss spelling, else ''; appended to unknown-name errors."""
+    import difflib
+
+    matches = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return f" (did you mean {matches[0]!r}?)" if matches else ""

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from persalign.errors import ConfigError
+from persalign.errors import ConfigError, did_you_mean
 from persalign.records import UserItem
 
 MAX_CHARS_PER_TOKEN = 32  # no tokenizer of the field averages more characters per token than this
@@ -66,7 +66,7 @@ def task_template(task) -> TaskTemplate:
     if not isinstance(task, str):
         return TaskTemplate(task.instruction.strip(), task.input_label.strip(), task.output_label.strip())
     if task not in TASKS:
-        raise ConfigError(f"unknown task {task!r} (known: {sorted(TASKS)})")
+        raise ConfigError(f"unknown task {task!r}{did_you_mean(task, TASKS)} (known: {sorted(TASKS)})")
     return TASKS[task]
 
 

@@ -27,7 +27,7 @@ import importlib.metadata
 import pkgutil
 from typing import Any, Callable
 
-from persalign.errors import ConfigError
+from persalign.errors import ConfigError, did_you_mean
 
 
 class Registry:
@@ -102,7 +102,8 @@ class Registry:
             return self._import_path(name)
         if name not in self._entries:
             known = ", ".join(sorted(self._entries)) or "none"
-            raise ConfigError(f"unknown {self.kind} {name!r} (known: {known}; or a plugin given as "
+            raise ConfigError(f"unknown {self.kind} {name!r}{did_you_mean(name, self._entries)} (known: {known}; "
+                              "or a plugin given as "
                               f"module:Attribute)")
         return self._entries[name]
 

@@ -51,8 +51,6 @@ def run_study(configs: list[str], overrides: list[str], out_dir: str | None = No
         verdict, findings = headline_lines(run_dir / "report.md")
         index += [f"## {run_dir.name}", "", f"[report.md]({run_dir.name}/report.md) · "
                   f"[report.html]({run_dir.name}/report.html)", ""] + verdict + [""] + findings + [""]
-        log("\n".join([f"\n== {run_dir.name}: verdict and findings"] + verdict + findings +
-                       [f"report: {run_dir / 'report.md'}", f"report with Figures 1-3: {run_dir / 'report.html'}"]))
     (root / "index.md").write_text("\n".join(index))
     log(f"study written to {root / 'index.md'}")
     return run_dirs

@@ -122,6 +122,6 @@ def load_preferences_jsonl(config: DataConfig) -> PreferenceDataset:
     if not comparisons:
         raise DataError(path, f"every one of its {identical} pairs has chosen == rejected: no preference to learn"
                         if identical else "the file holds no records")
-    return PreferenceDataset("preferences_jsonl", "chat", comparisons, completions,
+    return PreferenceDataset("preferences_jsonl", config.task, comparisons, completions,
                              notes={"pairs": len(comparisons), "with_reference": len(completions),
                                     "pairs_with_chosen_equal_to_rejected_dropped": identical})

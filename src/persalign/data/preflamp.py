@@ -124,7 +124,10 @@ def build_pref_lamp(writing: UserWriting, embedder, split_config: SplitConfig, t
         try:
             picks, _ = mine_negatives(embeddings, user_ids, np.array(rows), np.array(pool), top_k, rng)
         except ValueError as error:
-            raise DataError(writing.source, f"Pref-LaMP negatives: {error} (too few users in a split role)") from None
+            raise DataError(writing.source, f"Pref-LaMP negatives: {error}: {len(split.train_users)} train and "
+                            f"{len(split.adapt_users)} adaptation users; the negatives need at least 2 users with "
+                            "items in the train role (and intervals 8 adaptation users): add users or change "
+                            "split.adapt_fraction") from None
         rejected.update({row: items[pick].output for row, pick in zip(rows, picks)})
     comparisons = [Comparison(item.id, item.user, item.input, item.output, rejected[row])
                    for row, item in enumerate(items)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from persalign.analysis.needs import needs_lines
 from persalign.config import RunConfig
 from persalign.data.build import build_dataset
 from persalign.data.split import make_split
@@ -25,12 +26,40 @@ def prompts_cut_line(config: RunConfig, dataset, split, policy: str) -> str:
     return f"prompts cut to fit ({policy}, budget {budget} tokens): {cut} of {len(queries)} query prompts"
 
 
+def task_lines(task) -> list[str]:
+    """The instruction and labels every prompt carries (a named task shows its name too)."""
+    from persalign.prompts import task_template
+
+    template = task_template(task)
+    name = f"{task} — " if isinstance(task, str) else ""
+    if not template.instruction:
+        return [f"task: {name}the user's own message is the prompt (conversational data)"]
+    return [f"task: {name}{template.instruction!r} ({template.input_label} → {template.output_label})"]
+
+
+def rendered_prompt_lines(config: RunConfig, dataset, split) -> list[str]:
+    """One query's zero-shot prompt exactly as the first policy receives it (its chat template applied)."""
+    from persalign.model_checks import policy_tokenizer
+    from persalign.prompts import PromptFormatter
+
+    query_ids = split.query_ids()
+    if not query_ids:
+        return []
+    tokenizer = policy_tokenizer(config.policies[0], config.cache_dir)
+    formatter = PromptFormatter(tokenizer, dataset.task, config.generation.max_prompt_tokens)
+    comparison = next(c for c in dataset.comparisons if c.id == query_ids[0])
+    text = tokenizer.decode(formatter.prompt_ids(comparison.prompt, history=comparison.history))
+    return ["", f"one query prompt as {config.policies[0]} receives it (zero-shot; ICL adds the user's "
+                "demonstrations as earlier turns):", *("  | " + line for line in text.splitlines())]
+
+
 def summarize_data(config: RunConfig, examples: int = 3) -> str:
     dataset = build_dataset(config.data, lambda: load_embedder(config.data.embedder, config.cache_dir), config.split)
     per_user = np.array([len(v) for v in dataset.comparisons_by_user().values()])
     split = make_split(dataset, config.split)
     lines = [
-        f"data set: {dataset.name} (task: {dataset.task})",
+        f"data set: {dataset.name}",
+        *task_lines(dataset.task),
         f"users: {len(per_user)}; pairs: {len(dataset.comparisons)}; completions: {len(dataset.completions)}",
         f"pairs per user: mean {per_user.mean():.1f}, min {per_user.min()}, max {per_user.max()}",
         f"split: {len(split.train_users)} train users ({sum(map(len, split.train.values()))} train, "
@@ -38,6 +67,8 @@ def summarize_data(config: RunConfig, examples: int = 3) -> str:
         f"({sum(map(len, split.support.values()))} support, {sum(map(len, split.query.values()))} query pairs)",
         "notes: " + ", ".join(f"{k}={v}" for k, v in dataset.notes.items()),
         *[prompts_cut_line(config, dataset, split, policy) for policy in config.policies],
+        *needs_lines(len(split.adapt_users), len(config.methods)),
+        *rendered_prompt_lines(config, dataset, split),
         "",
         "examples:",
     ]

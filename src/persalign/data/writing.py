@@ -93,4 +93,4 @@ def load_generic_completions(config: DataConfig) -> UserWriting:
     """Your own per-user writing: JSONL with `user, input, output` (+ `id`, `date`)."""
     if not config.path:
         raise DataError("<config>", "data.path must name the JSONL file for completions_jsonl")
-    return load_completions_jsonl(config.path, "completions_jsonl", "headline")
+    return load_completions_jsonl(config.path, "completions_jsonl", config.task)

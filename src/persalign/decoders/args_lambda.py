@@ -115,7 +115,8 @@ def decode_grid(ctx, trained, val: PairData) -> dict[float, list[list[int]]]:
     items = [(i, lam) for i in range(len(val)) for lam in weights]  # a prompt's λ rows stay together
     plan = plan_generation([val.prompts[i] for i, _ in items], generation, policy.lm.device,
                            max_items=generation.batch_size * max(1, len(weights)))
-    for batch in tqdm(plan, desc="choosing λ (ARGS on validation, the grid in one pass)", leave=False):
+    for batch in tqdm(plan, desc="choosing λ (ARGS on validation, the grid in one pass)", leave=False,
+                      disable=None):
         rows = [items[b] for b in batch]
         guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i, _ in rows],
                             [lam for _, lam in rows], config.args.top_k, prefills=policy.prefills)

@@ -68,7 +68,7 @@ class TransformerEmbedder:
         chunks = []
         starts = range(0, len(texts), self.batch_size)
         for start in tqdm(starts, desc=f"embedding with {self.key}", unit="batch", leave=False,
-                          disable=len(starts) < 8):
+                          disable=True if len(starts) < 8 else None):
             batch = self.tokenizer(
                 texts[start : start + self.batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
             ).to(self.device)

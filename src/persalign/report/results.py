@@ -19,7 +19,7 @@ from persalign.runner.store import RunStore
 
 SCHEMA = "persalign.results"
 SCHEMA_VERSION = 1
-CELL_KEYS = ("policy", "decoder", "seed", "examples")  # first CSV columns; then metrics, then counted work
+COST_KEYS = ("stage_seconds", "stage_flops", "counted_work", "peak_memory_mib")  # `export --costs` columns
 
 
 def _summaries(analyses: list) -> list[dict]:
@@ -60,17 +60,23 @@ def write_results(run_dir: str | Path, analyses: list | None = None) -> Path:
     return path
 
 
-def cells_csv(results: dict) -> str:
-    """One row per cell: its keys, every metric, and the counted work and stage seconds as dotted columns
-    (pandas.json_normalize; `settings`, nested and list-valued, stays in the JSON)."""
+def cells_csv(results: dict, costs: bool = False) -> str:
+    """One tidy row per cell (report/tidy.py); `costs` adds every counted-work and timing column as it is stored."""
     import pandas as pd
 
-    frame = pd.json_normalize([{k: v for k, v in cell.items() if k != "settings"} for cell in results["cells"]])
-    frame = frame[[c for c in CELL_KEYS if c in frame] + [c for c in frame.columns if c not in CELL_KEYS]]
-    lists = [c for c in frame.columns if frame[c].map(lambda v: isinstance(v, list)).any()]
+    from persalign.report.tidy import METRICS, tidy_rows
+
+    frame = pd.DataFrame(tidy_rows(results))
+    absent = [m for m in METRICS if frame[m].isna().all()]  # a metric no cell has; its bounds stay otherwise
+    frame = frame.drop(columns=[c for m in absent for c in (m, f"{m}_low", f"{m}_high")])
+    frame = frame.astype({c: "Int64" for c in ("seed", "shots", "users", "examples")})
+    if costs:
+        internals = pd.json_normalize([{k: v for k, v in cell.items() if k in COST_KEYS} for cell in results["cells"]])
+        frame = pd.concat([frame, internals], axis=1)
+    lists = [c for c in frame.columns if frame[c].map(lambda v: isinstance(v, (list, dict))).any()]
     return frame.drop(columns=lists).to_csv(index=False, lineterminator="\n")
 
 
-def export(run_dir: str | Path, fmt: str) -> str:
+def export(run_dir: str | Path, fmt: str, costs: bool = False) -> str:
     results = build_results(run_dir)
-    return cells_csv(results) if fmt == "csv" else json.dumps(results, indent=1, default=str)
+    return cells_csv(results, costs) if fmt == "csv" else json.dumps(results, indent=1, default=str)

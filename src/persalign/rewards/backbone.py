@@ -163,7 +163,7 @@ class RewardBackbone:
         budget = self.token_budget or default_budget(self.lm.device)
         plan = plan_batches([len(p) for p in distinct], budget, batch_size, same_length=True)
         for batch in tqdm(plan, desc=f"reward features ({self.key})", unit="batch", leave=False,
-                          disable=len(plan) < 4):
+                          disable=True if len(plan) < 4 else None):
             state = self._prefill_keeping_last_state([distinct[b] for b in batch])
             pending = [(row, i) for row, b in enumerate(batch) for i in pairs_of[distinct[b]] if responses[i]]
             self._continue_by_length(state, pending, responses, out)

@@ -175,7 +175,7 @@ class PDPO(nn.Module):
         generator = torch.Generator().manual_seed(s.seed)
         log, order = TrainLog(), []
         batch = min(s.batch_size, len(data))
-        bar = tqdm(total=steps, desc="P-DPO steps", unit="step", leave=False, disable=steps < 10)
+        bar = tqdm(total=steps, desc="P-DPO steps", unit="step", leave=False, disable=True if steps < 10 else None)
         while log.steps < steps:
             if len(order) < batch:
                 order += torch.randperm(len(data), generator=generator).tolist()

@@ -32,7 +32,7 @@ from persalign.config_checks import (  # noqa: F401  (the rules a method's own s
     TEXT,
     check_value,
 )
-from persalign.errors import ConfigError
+from persalign.errors import ConfigError, did_you_mean
 
 FILL = "fill"  # the run's reward.<key> is used when the method leaves the field empty (None)
 OVERRIDE = "override"  # the run's reward.<key>, when set, beats the method's default
@@ -88,7 +88,8 @@ def check_settings(settings_cls, values: dict, where: str) -> None:
     known = {f.name: f for f in documented(settings_cls)}
     unknown = sorted(set(values) - set(known))
     if unknown:
-        raise ConfigError(f"{where}: unknown setting(s) {unknown}; this method's settings: {sorted(known)} "
+        raise ConfigError(f"{where}: unknown setting(s) {unknown}{did_you_mean(unknown[0], known)}; this method's "
+                          f"settings: {sorted(known)} "
                           "(persalign list --method NAME documents each)")
     for f in known.values():
         if values.get(f.name) is None and not f.metadata["rule"][0](f.default):

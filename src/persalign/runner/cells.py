@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from persalign.batching import fixed_groups
+from persalign.analysis.needs import shortfall_line
 from persalign.config import RunConfig, to_dict
 from persalign.data.build import build_dataset
 from persalign.data.split import make_split
@@ -92,6 +93,9 @@ def run_context(config: RunConfig, store: RunStore, log) -> RunContext:
     examples = query_examples(dataset, split)
     log(f"data {dataset.name}: {len(dataset.users())} users, {len(dataset.comparisons)} pairs; "
         f"{len(split.adapt_users)} adaptation users, {len(examples)} query examples")
+    shortfall = shortfall_line(len(split.adapt_users))
+    if shortfall:
+        log(shortfall)
     metrics = [METRICS.get(name)(config.metrics, config.cache_dir) for name in config.metrics.names]
     rouge = next((m for m in metrics if isinstance(m, RougeMetric)), None) or RougeMetric(config.metrics)
     return RunContext(config, store, dataset, split, examples, EvalContext(dataset, split, embedder), metrics,

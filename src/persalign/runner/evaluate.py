@@ -77,7 +77,18 @@ def evaluate_batch(deployment, generate: bool, batch: list[Example], index: int,
     with timed(timings, "scoring_s", meter):
         pairs = deployment.score_pairs(prepared, generated if generate else None)
     known = generated.scores if generate and generated else None  # Best-of-N's stored sample scores
+    _record_rendered_prompts(deployment, prepared)
     return _rows(prepared, index, generated, pairs, known or [{} for _ in batch]), timings
+
+
+def _record_rendered_prompts(deployment, prepared) -> None:
+    """Each row keeps the prompt exactly as the policy read it (chat template, demonstrations, cuts): the
+    `prompt` column is only the query's raw input. A soft-prompt method's learnt tokens come before it."""
+    policy = getattr(getattr(deployment, "ctx", None), "policy", None)
+    tokenizer = getattr(getattr(policy, "lm", None), "tokenizer", None)
+    if tokenizer is not None:
+        for columns, ids in zip(prepared.columns, prepared.prompts):
+            columns["rendered_prompt"] = tokenizer.decode(ids)
 
 
 def score_finished_cell(run, rows: list[dict]) -> tuple[list[dict], dict]:
@@ -153,7 +164,7 @@ def run_cell(deployment, ctx) -> dict:
     batches = cell_batches(deployment, ctx)
     done = run.store.completed_batches(cell, [[ex.id for ex in b] for b in batches])
     label = f"{cell.decoder} | {cell.policy} | seed {cell.seed}"
-    for index, batch in enumerate(tqdm(batches, desc=label, unit="batch", initial=0, leave=False)):
+    for index, batch in enumerate(tqdm(batches, desc=label, unit="batch", initial=0, leave=False, disable=None)):
         if index in done:
             continue
         rows, timings = evaluate_batch(deployment, run.generates, batch, index, ctx.policy.meter)

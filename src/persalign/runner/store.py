@@ -70,6 +70,14 @@ def extends(old: dict, new: dict) -> bool:
     return same_rest and all(entry in new.get(axis, []) for axis in CELL_AXES for entry in old.get(axis, []))
 
 
+def config_differences(old, new, where: str = "") -> list[str]:
+    """'key: old → new' for each setting that differs (dotted keys; lists compared whole)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [line for key in dict.fromkeys([*old, *new])
+                for line in config_differences(old.get(key), new.get(key), f"{where}.{key}" if where else key)]
+    return [] if old == new else [f"{where}: {old!r} → {new!r}"]
+
+
 def check_same_inputs(root: Path, runs: list[dict], inputs: dict[str, str]) -> None:
     """Refuse to resume cells computed from input files that have changed since (or gone)."""
     earlier = next((run["inputs"] for run in reversed(runs) if isinstance(run, dict) and "inputs" in run), None)
@@ -102,9 +110,12 @@ class RunStore:
             old = _read_run_file(config_path, read_yaml_mapping)
             new = without_new_unset(yaml.safe_load(text), old)
             if old != new and not extends(old, new):
+                differences = config_differences(old, new)
+                changed = [d for d in differences if d.split(":")[0] not in CELL_AXES] or \
+                    [f"{d} drops cells" for d in differences]
                 raise ConfigError(
-                    f"{self.root} holds results of a different config (its {config_path.name} differs); re-run "
-                    "with the same config to resume "
+                    f"{self.root} holds results of a different config ({'; '.join(changed[:3])}, against its "
+                    f"{config_path.name}); re-run with the same config to resume "
                     "(adding policies, decoders, methods or seeds is allowed), or choose another output folder (-o)"
                 )
         history = self.root / "provenance.json"
