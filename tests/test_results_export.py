@@ -60,6 +60,14 @@ def test_export_csv_is_one_tidy_row_per_cell_for_pandas(finished, tmp_path, caps
     assert any(c.startswith("stage_seconds.") for c in costs.columns)
 
 
+def test_export_rows_is_every_generation_with_its_cell_and_prompt(finished, capsys):
+    assert cli.main(["export", str(finished), "--format", "rows"]) == 0
+    rows = pd.read_json(__import__("io").StringIO(capsys.readouterr().out), lines=True)
+    assert set(rows["deployment"]) == {"Zero-Shot", "ICL (4-shot)", "ICL-RAG (4-shot)", "PAL"}
+    assert rows["rendered_prompt"].notna().all() and rows["generation"].notna().all()
+    assert len(rows) == 4 * json.loads((finished / "results.json").read_text())["cells"][0]["examples"]
+
+
 def test_the_exported_interval_is_the_reports_over_the_cells_users():
     from persalign.analysis.intervals import PERCENT, mean_interval
     from persalign.report.tidy import _interval

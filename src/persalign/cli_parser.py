@@ -40,7 +40,8 @@ EXAMPLES = {
     "export": """examples:
   persalign export runs/demo/demo --format csv -o cells.csv
   python -c "import pandas as pd; print(pd.read_csv('cells.csv').head())"
-  persalign export runs/demo/demo --format csv --costs   # also every counted-cost column""",
+  persalign export runs/demo/demo --format csv --costs   # also every counted-cost column
+  persalign export runs/demo/demo --format rows -o rows.jsonl   # every generation (like --log_samples)""",
     "summary": """examples:
   persalign data summary demo
   persalign data summary configs/my_writing.yaml data.path=reviews.jsonl \\
@@ -140,8 +141,9 @@ def build_parser(handlers: dict) -> argparse.ArgumentParser:
     export = _command(commands, "export", "a run's results for other programs (docs/results-json.md)",
                       handlers["export"])
     export.add_argument("run_dir", help="a directory written by `persalign run`")
-    export.add_argument("--format", choices=["csv", "json"], default="json",
-                        help="csv: one tidy row per cell (pandas.read_csv); json: the versioned results.json")
+    export.add_argument("--format", choices=["csv", "json", "rows"], default="json",
+                        help="csv: one tidy row per cell (pandas.read_csv); json: the versioned results.json; "
+                             "rows: every generation with its prompt, one JSON line each (pandas.read_json(lines=True))")
     export.add_argument("--costs", action="store_true", help="csv: also the counted-cost and timing columns")
     export.add_argument("-o", "--output", help="write to this file (default: standard output)")
 

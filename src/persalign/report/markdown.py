@@ -14,6 +14,7 @@ import pandas as pd
 
 from persalign.analysis.study import analyse, display_labels
 from persalign.decoders.base import properties_of
+from persalign.report.closing import sample_generations, what_next
 from persalign.report.results import write_results
 from persalign.report.study_sections import study_sections
 from persalign.report.verdict import verdict_section
@@ -31,10 +32,11 @@ TABLE9_COLUMNS = [
 
 
 def mean_std(values: list[float]) -> str:
+    """Mean ± standard deviation over seeds; one seed has no spread to show, so just its value."""
     clean = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
     if not clean:
         return "-"
-    return f"{np.mean(clean):.2f} ± {np.std(clean):.2f}"
+    return f"{clean[0]:.2f}" if len(clean) == 1 else f"{np.mean(clean):.2f} ± {np.std(clean):.2f}"
 
 
 def results_frame(store: RunStore) -> pd.DataFrame:
@@ -44,6 +46,7 @@ def results_frame(store: RunStore) -> pd.DataFrame:
         return pd.DataFrame()
     labels = display_labels(records)
     return pd.DataFrame(records).assign(properties=[properties_of(r) for r in records],
+                                        stored_decoder=[r["decoder"] for r in records],
                                         decoder=[labels[(r["policy"], r["decoder"])] for r in records])
 
 
@@ -76,7 +79,7 @@ def metrics_line(frame: pd.DataFrame) -> str:
 
 
 DRAW_WORDS = {"per_user": "one random set per user and seed, the same for all of the user's queries (the paper's "
-                           "D_k^demo, Eq. 7; its prompt block prefilled once per user)",
+                           "demonstration set of Eq. 7; its prompt block prefilled once per user)",
               "per_query": "drawn anew for every query",
               "retrieved": "the most similar to each query, retrieved per query"}
 
@@ -117,8 +120,9 @@ def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:
     labels += sorted(set(sub["decoder"]) - set(labels))
     for label in labels:
         rows = sub[sub["decoder"] == label]
-        cells = [mean_std(rows[key].tolist()) for key, _ in columns]
-        seeds = len(rows) if bool(rows["seed_dependent"].iloc[0]) else f"{len(rows)} (seed-free)"
+        seeded = bool(rows["seed_dependent"].iloc[0])  # a seed-free row repeats one value: no spread to show
+        cells = [mean_std(rows[key].tolist() if seeded else rows[key].tolist()[:1]) for key, _ in columns]
+        seeds = len(rows) if seeded else f"{len(rows)} (seed-free)"
         lines.append(f"| {label}{_clipped_shots(rows)} | " + " | ".join(cells) + f" | {seeds} |")
     return "\n".join(lines)
 
@@ -237,6 +241,7 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
     parts += study_sections(analyses, bon_curves(frame))
     parts += ["", "## Cost (seconds, summed over seeds) and chosen λ", "", cost_table(frame)]
     parts += method_settings(frame)
+    parts += sample_generations(store, frame, order)
     cut = [(label, s["truncation_ties"]) for label, s in zip(frame["decoder"], frame["settings"])
            if isinstance(s, dict) and s.get("truncation_ties")]
     if cut:
@@ -248,6 +253,7 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
         parts += ["", "Policy-accuracy ties (%): " + ", ".join(f"{k} {v:.2f}" for k, v in ties.items() if v > 0)]
     if problems:
         parts += ["", "## Damaged cells (not in any table above)", ""] + [f"- {p}" for p in problems]
+    parts += what_next(run_dir, frame)
     text = "\n".join(parts) + "\n"
     (Path(run_dir) / "report.md").write_text(text)
     write_results(run_dir, analyses)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from persalign.analysis.study import analyse
 from persalign.files import read_json, write_atomic
-from persalign.runner.store import RunStore
+from persalign.runner.store import Cell, RunStore
 
 SCHEMA = "persalign.results"
 SCHEMA_VERSION = 1
@@ -77,6 +77,21 @@ def cells_csv(results: dict, costs: bool = False) -> str:
     return frame.drop(columns=lists).to_csv(index=False, lineterminator="\n")
 
 
+def all_rows(run_dir: str | Path) -> str:
+    """Every stored row of every cell as JSONL (lm-evaluation-harness's --log_samples): which cell it belongs to,
+    the query, the prompt as the policy read it, the user's text, the generation and its scores."""
+    store = RunStore(run_dir)
+    store.check_is_run()
+    lines = []
+    for cell in store.all_metrics():
+        key = {"policy": cell["policy"], "deployment": cell["decoder"], "seed": cell["seed"]}
+        lines += [json.dumps({**key, **row}, default=str) for row in store.read_rows(
+            Cell(cell["policy"], cell["decoder"], cell["seed"]))]
+    return "\n".join(lines) + "\n" if lines else ""
+
+
 def export(run_dir: str | Path, fmt: str, costs: bool = False) -> str:
+    if fmt == "rows":
+        return all_rows(run_dir)
     results = build_results(run_dir)
     return cells_csv(results, costs) if fmt == "csv" else json.dumps(results, indent=1, default=str)

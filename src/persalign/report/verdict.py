@@ -10,7 +10,7 @@ FLOPs per new user, with measured seconds beside them. Counted costs are a
 property of the method (two deployments writing the same outputs the same way
 cost the same, whatever ran first or beside them); seconds are not. The
 Pareto front (no other deployment both closer to the users' text and cheaper)
-uses the counted cost. The sentence under the table is generated from these
+uses the counted cost. The sentence above the table is generated from these
 numbers, with the cross-fitted "best ICL − best reward method that steers
 (λ > 0)" interval (analysis/paired.py); where it includes 0 it says the data
 cannot separate them, and it counts the reward methods that chose λ = 0.
@@ -179,7 +179,7 @@ def verdict_section(store: RunStore, frame: pd.DataFrame, analyses: list[PolicyA
         if len(rows) < 2:
             continue
         parts += ["", f"## Verdict: which deployment to use for these users ({analysis.policy})", "",
-                  verdict_table(rows), "", verdict_sentence(rows, analysis), "",
+                  verdict_sentence(rows, analysis), "", verdict_table(rows), "",
                   "ROUGE-1 and policy accuracy: means over adaptation users with 95% intervals (Hall's "
                   "skewness-corrected t, clipped to the metric's range; none below 8 users). Δ vs greedy: "
                   "the paired ROUGE-1 difference from zero-shot on the same users (the same interval), and in brackets "
