@@ -19,3 +19,22 @@ class FailingMethod(GlobalRM):
 
 
 not_a_class = 3
+
+
+class NanRewards(GlobalRM):
+    """Trains like Global RM, then its rewards are NaN: a plugin with a numerical bug."""
+
+    name, display = "nan_rewards", "NaN RM"
+
+    def token_rewards(self, states, users):
+        rewards = super().token_rewards(states, users)
+        return rewards if self.training else rewards * float("nan")
+
+
+class SettingsNotADataclass(GlobalRM):
+    """A plugin whose Settings is a plain class."""
+
+    name, display = "plain_settings", "Plain Settings RM"
+
+    class Settings:
+        epochs = 3

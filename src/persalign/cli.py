@@ -30,6 +30,7 @@ def _cmd_run(args) -> None:
     from persalign.runner.run import run
 
     config = load_config(args.config, args.overrides)
+    _check_wandb(args)
     store = run(config, args.output or f"runs/{config.name}", log=_log(args), backend=_backend(args))
     print(closing_summary(store.root))
     _log_to_wandb(args, [store.root])
@@ -41,11 +42,19 @@ def _log(args):
 
 
 def _log_to_wandb(args, run_dirs) -> None:
-    if args.wandb_project:
+    if args.wandb_project is not None:
         from persalign.report.wandb_log import log_run
 
         for run_dir in run_dirs:
-            print(f"wandb: logged {run_dir} to {log_run(run_dir, args.wandb_project)}")
+            folder = log_run(run_dir, args.wandb_project)
+            print(f"wandb: logged {run_dir} to {folder}" if folder else "wandb: nothing logged (WANDB_MODE=disabled)")
+
+
+def _check_wandb(args) -> None:
+    if getattr(args, "wandb_project", None) is not None:
+        from persalign.report.wandb_log import check_wandb
+
+        check_wandb(args.wandb_project)
 
 
 def _cmd_study(args) -> None:
@@ -53,6 +62,7 @@ def _cmd_study(args) -> None:
 
     from persalign.report.terminal import closing_summary
 
+    _check_wandb(args)
     run_dirs = run_study(args.configs, args.overrides, args.output, args.quick, log=_log(args),
                          backend=_backend(args))
     for run_dir in run_dirs:
@@ -70,9 +80,8 @@ def _backend(args):
 
 
 def _cmd_report(args) -> int:
-    """Exit 1 (report still written) when damaged cells had to be skipped."""
+    """Exit 1 (report still written) when planned cells are absent or damaged."""
     from persalign.report.markdown import build_report
-    from persalign.runner.store import RunStore
 
     if args.format == "html":
         from persalign.report.html import build_html_report
@@ -80,14 +89,26 @@ def _cmd_report(args) -> int:
         print(f"wrote {build_html_report(args.run_dir)}")
     else:
         print(build_report(args.run_dir))
-    store = RunStore(args.run_dir)
-    store.all_metrics()
+    return _warn_incomplete(args.run_dir)
+
+
+def _warn_incomplete(run_dir) -> int:
+    """Damaged and absent planned cells on standard error; 1 if there are any (the output is still written)."""
+    from persalign.report.completeness import absent_cells
+    from persalign.runner.store import RunStore
+
+    store = RunStore(run_dir)
+    finished = {(m["policy"], m["decoder"], m["seed"]) for m in store.all_metrics()}
     for problem in store.problems:
         print(f"persalign: damaged cell {problem}", file=sys.stderr)
-    return 1 if store.problems else 0
+    absent = absent_cells(store, finished)
+    if absent:
+        print(f"persalign: a partial run: {len(absent)} planned cells absent: {'; '.join(absent[:8])}"
+              f"{' …' if len(absent) > 8 else ''}", file=sys.stderr)
+    return 1 if store.problems or absent else 0
 
 
-def _cmd_export(args) -> None:
+def _cmd_export(args) -> int:
     from persalign.files import write_atomic
     from persalign.report.results import export
 
@@ -97,6 +118,7 @@ def _cmd_export(args) -> None:
         print(f"wrote {args.output}")
     else:
         sys.stdout.write(text)
+    return _warn_incomplete(args.run_dir)
 
 
 def _cmd_data_summary(args) -> None:
@@ -134,7 +156,10 @@ def _cmd_list(args) -> None:
         for name, entry in registry.items():
             doc = getattr(entry, "description", None) or (entry.__doc__ or "").strip().splitlines()[0:1]
             doc = doc if isinstance(doc, str) else (doc[0] if doc else "")
-            print(f"  {name:<24} {doc}")
+            source = registry.plugin_source(name)
+            print(f"  {name:<24} {doc}" + (f"  [plugin: {source}]" if source else ""))
+        for name, reason in registry.broken.items():
+            print(f"  {name:<24} BROKEN PLUGIN: {reason}")
         if not registry.names():
             print("  (none yet)")
 
@@ -193,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides, rest = split_overrides(argv)
     args = build_parser(HANDLERS).parse_args(rest)
+    if not sys.stderr.isatty():  # the model hub's and transformers' own bars ("Loading weights") too;
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when they are first imported
     if hasattr(args, "overrides"):
         args.overrides = overrides + args.overrides
     try:

@@ -84,6 +84,8 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "split.support_fraction": _fraction(),
     "split.heldout_fraction": ((lambda v: 0 <= v < 1), "a fraction in [0, 1)"),
     "split.max_query_per_user": _optional_at_least(1),
+    "split.train_top_users": _optional_at_least(1),  # a negative number would slice from the end
+    "split.adapt_pairs_per_user": _optional_at_least(1),
     "data.min_items_per_user": _at_least(1),
     "data.max_items_per_user": _optional_at_least(1),
     "data.max_users": _optional_at_least(2),

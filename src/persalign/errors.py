@@ -26,6 +26,10 @@ class DataError(PersalignError):
         super().__init__(f"{where}: {problem}")
 
 
+class NonFiniteScores(PersalignError):
+    """A method produced NaN or infinite rewards or scores: its cell cannot be ranked."""
+
+
 class ModelLoadError(PersalignError):
     """A model could not be loaded; the message says how to fix it."""
 

@@ -41,6 +41,9 @@ class Registry:
         self.required = required  # attributes every entry must have (its interface)
         self.group = group  # entry-point group of installed plugins
         self._entries: dict[str, Any] = {}
+        self._sources: dict[str, str] = {}  # name -> where a plugin came from (built-in entries have none)
+        self._pending: dict[str, Any] = {}  # installed plugins' entry points not loaded yet
+        self.broken: dict[str, str] = {}  # plugins `items()` could not load, with the reason
         self._discovered = False
 
     def discover(self) -> None:
@@ -54,9 +57,15 @@ class Registry:
                 importlib.import_module(module.name)
             except ImportError as error:
                 raise ImportError(f"{self.plural}: importing {module.name} failed: {error}") from error
-        for point in importlib.metadata.entry_points(group=self.group):
-            self._add_plugin(point.name, lambda p=point: p.load(), f"entry point {point.value!r} ({self.group})")
+        for point in importlib.metadata.entry_points(group=self.group):  # loaded when first named: a broken
+            if point.name not in self._entries:                            # plugin blocks only its own use
+                self._pending[point.name] = point
         self._discovered = True
+
+    def _load_pending(self, name: str) -> None:
+        point = self._pending.pop(name, None)
+        if point is not None:
+            self._add_plugin(name, point.load, f"entry point {point.value!r} ({self.group})")
 
     def register(self, name: str) -> Callable[[Any], Any]:
         def decorator(obj: Any) -> Any:
@@ -74,7 +83,7 @@ class Registry:
     def _add_plugin(self, name: str, load: Callable[[], Any], source: str) -> Any:
         try:
             obj = load()
-        except (ImportError, AttributeError, ValueError) as error:
+        except Exception as error:  # a plugin is user code: a syntax error or any raise at import is its own
             raise ConfigError(f"{self.kind} {name!r}: cannot load {source} ({type(error).__name__}: "
                               f"{str(error).splitlines()[0][:200]})") from None
         lacking = self.missing(obj)
@@ -84,7 +93,12 @@ class Registry:
         if self._entries.get(name, obj) is not obj:
             raise ConfigError(f"{self.kind} {name!r} from {source} clashes with the {self.kind} of that name")
         self._entries[name] = obj
+        self._sources[name] = source
         return obj
+
+    def plugin_source(self, name: str) -> str | None:
+        """Where an installed or named plugin came from; None for an entry built into persalign."""
+        return self._sources.get(name)
 
     def _import_path(self, path: str) -> Any:
         module, _, attribute = path.partition(":")
@@ -100,6 +114,7 @@ class Registry:
         self.discover()
         if name not in self._entries and isinstance(name, str) and ":" in name:
             return self._import_path(name)
+        self._load_pending(name)
         if name not in self._entries:
             known = ", ".join(sorted(self._entries)) or "none"
             raise ConfigError(f"unknown {self.kind} {name!r}{did_you_mean(name, self._entries)} (known: {known}; "
@@ -109,14 +124,22 @@ class Registry:
 
     def names(self) -> list[str]:
         self.discover()
-        return sorted(self._entries)
+        return sorted([*self._entries, *self._pending])
 
     def items(self) -> list[tuple[str, Any]]:
+        """Every entry, installed plugins loaded; a plugin that fails to load is left out (`broken` says why)."""
         self.discover()
+        for name in list(self._pending):
+            try:
+                self._load_pending(name)
+            except ConfigError as error:
+                self.broken[name] = str(error)
         return sorted(self._entries.items())
 
     def __contains__(self, name: str) -> bool:
         self.discover()
+        if name in self._pending:
+            self._load_pending(name)
         if name not in self._entries and isinstance(name, str) and ":" in name:
             try:
                 self._import_path(name)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from persalign.config import DataConfig, SplitConfig
-from persalign.data.preflamp import build_pref_lamp
+from persalign.data.preflamp import build_pref_lamp, deduplicate
 from persalign.data.writing import UserWriting, keep_active_users
 from persalign.records import PreferenceDataset
 from persalign.registry import DATASETS
@@ -21,5 +21,5 @@ def build_dataset(config: DataConfig, embedder_factory, split: SplitConfig) -> P
     if isinstance(loaded, PreferenceDataset):
         return loaded
     assert isinstance(loaded, UserWriting), f"loader {config.dataset} returned {type(loaded).__name__}"
-    writing = keep_active_users(loaded, config)
+    writing = keep_active_users(deduplicate(loaded), config)  # the minimum counts the items that make pairs
     return build_pref_lamp(writing, embedder_factory(), split, top_k=config.negatives_top_k, seed=config.seed)

@@ -34,6 +34,7 @@ class UserSplit:
     heldout: dict[str, list[str]]
     support: dict[str, list[str]]
     query: dict[str, list[str]]
+    query_seen_in_training: int = 0  # query pairs dropped: the same (prompt, chosen, rejected) is in another set
 
     def query_ids(self) -> list[str]:
         return [i for user in self.adapt_users for i in self.query[user]]
@@ -139,6 +140,22 @@ def make_split(dataset: PreferenceDataset, config: SplitConfig) -> UserSplit:
             raise DataError(dataset.name, f"adaptation user {user!r} has {len(by_user[user])} pair(s) on fewer than "
                                           "2 prompts; needs 2+ prompts (support and query)")
         support[user], query[user] = _cut(by_user[user], config.support_fraction, rng, groups)
-        if config.max_query_per_user:
-            query[user] = query[user][: config.max_query_per_user]
-    return UserSplit(train_users, adapt_users, train, heldout, support, query)
+    query, dropped = _without_seen_pairs(dataset, query, [train, heldout, support])
+    if config.max_query_per_user:
+        query = {user: ids[: config.max_query_per_user] for user, ids in query.items()}
+    return UserSplit(train_users, adapt_users, train, heldout, support, query, dropped)
+
+
+def _without_seen_pairs(dataset, query: dict, other_sets: list[dict]) -> tuple[dict, int]:
+    """Query pairs whose (prompt, chosen, rejected) also sits in a train, held-out or support set (users who
+    hold the same pairs) would be scored on what was trained on: dropped and counted, or refused if none is left."""
+    by_id = {c.id: c for c in dataset.comparisons}
+    triple = lambda i: (by_id[i].prompt, by_id[i].chosen, by_id[i].rejected)  # noqa: E731
+    seen = {triple(i) for sets in other_sets for ids in sets.values() for i in ids}
+    kept = {user: [i for i in ids if triple(i) not in seen] for user, ids in query.items()}
+    dropped = sum(len(ids) for ids in query.values()) - sum(len(ids) for ids in kept.values())
+    if dropped and not any(kept.values()):
+        raise DataError(dataset.name, f"every one of its {dropped} query pairs also appears (same prompt, chosen and "
+                                      "rejected) among the training, held-out or support pairs: the users hold the "
+                                      "same pairs, so nothing can be evaluated on unseen data")
+    return kept, dropped

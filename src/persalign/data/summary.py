@@ -65,7 +65,8 @@ def summarize_data(config: RunConfig, examples: int = 3) -> str:
         f"split: {len(split.train_users)} train users ({sum(map(len, split.train.values()))} train, "
         f"{sum(map(len, split.heldout.values()))} held-out pairs); {len(split.adapt_users)} adaptation users "
         f"({sum(map(len, split.support.values()))} support, {sum(map(len, split.query.values()))} query pairs)",
-        "notes: " + ", ".join(f"{k}={v}" for k, v in dataset.notes.items()),
+        "notes: " + ", ".join(f"{k}={v}" for k, v in dataset.notes.items())
+        + f", query_pairs_seen_in_training_dropped={split.query_seen_in_training}",
         *[prompts_cut_line(config, dataset, split, policy) for policy in config.policies],
         *needs_lines(len(split.adapt_users), len(config.methods)),
         *rendered_prompt_lines(config, dataset, split),

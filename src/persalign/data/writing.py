@@ -41,9 +41,11 @@ def keep_active_users(writing: UserWriting, config: DataConfig) -> UserWriting:
     keep = {user for user, n in counts.items() if n >= config.min_items_per_user}
     if not keep:
         best = max(counts.values(), default=0)
+        dropped = writing.notes.get("duplicate_outputs_dropped", 0)
+        why = f" after {dropped} items repeating an earlier output were dropped" if dropped else ""
         raise DataError(
             writing.source,
-            f"no user has at least min_items_per_user={config.min_items_per_user} items "
+            f"no user has at least min_items_per_user={config.min_items_per_user} items{why} "
             f"(the most any user has is {best}); lower data.min_items_per_user",
         )
     qualifying = len(keep)

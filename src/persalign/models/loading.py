@@ -68,10 +68,12 @@ LM_HINT = "give a local folder, a reachable hub id, or an alias from `persalign 
 def from_pretrained(loader, path: str, what: str, hint: str = LM_HINT, **kwargs):
     """`loader.from_pretrained(path)`, with local files only when the hub cannot be reached (no minute of
     retries), and any failure as one ModelLoadError line naming `what` and what to do."""
+    from safetensors import SafetensorError  # corrupt weights ("header too large") are neither of the others
+
     local = hub_kwargs(path)
     try:
         return loader.from_pretrained(path, **local, **kwargs)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, SafetensorError) as exc:
         offline = " (the model hub cannot be reached from here: only local files were tried)" if local else ""
         raise ModelLoadError(f"could not load {what}{offline} ({exc.__class__.__name__}: "
                              f"{str(exc).splitlines()[0][:200]}); {hint}") from None

@@ -109,6 +109,18 @@ def _clipped_shots(rows: pd.DataFrame) -> str:
     return f" ({used:.1f} demos used on average{why})" if shots and shots[0] and used < shots[0] - 1e-9 else ""
 
 
+def cut_prompts_lines(frame: pd.DataFrame) -> list[str]:
+    """Where query inputs had to be cut to fit the prompt budget, per deployment (before the verdict: what it
+    compares is then not the whole input)."""
+    if "prompts_cut" not in frame or not frame["prompts_cut"].fillna(0).any():
+        return []
+    cut = frame.groupby("decoder", sort=False)[["prompts_cut", "examples"]].sum()
+    listed = ", ".join(f"{label} {int(row.prompts_cut)} of {int(row.examples)}" for label, row in cut.iterrows()
+                       if row.prompts_cut)
+    return ["", f"**Prompts cut to fit** `generation.max_prompt_tokens` (or the model's context): {listed}. "
+                "Those outputs answer a shortened input."]
+
+
 def table9(frame: pd.DataFrame, policy: str, row_order: list[str]) -> str:
     """One Markdown table for one policy model: a row per method, mean ± std over seeds."""
     sub = frame[frame["policy"] == policy]
@@ -225,6 +237,7 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
     problems = getattr(store, "problems", [])
     if frame.empty:
         return f"No completed cells in {run_dir} yet." + "".join(f"\n- {p}" for p in problems)
+    from persalign.report.completeness import absent_cells, finished_keys, partial_run_lines
     config = store.config()
     order = list(dict.fromkeys(frame.sort_values(["decoder_index", "decoder"])["decoder"]))
     parts = [f"# persalign report: {config.get('name', '')}", "",
@@ -235,6 +248,8 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
     demonstrations = demonstrations_line(frame)
     parts += ["", demonstrations] if demonstrations else []
     analyses = analyse(run_dir) if analyses is None else analyses
+    absent = absent_cells(store, finished_keys(frame))
+    parts += partial_run_lines(absent) + cut_prompts_lines(frame)
     parts += verdict_section(store, frame, analyses)
     for policy in dict.fromkeys(frame["policy"]):
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from persalign.analysis.study import analyse
 from persalign.files import read_json, write_atomic
+from persalign.report.completeness import absent_cells
 from persalign.runner.store import Cell, RunStore
 
 SCHEMA = "persalign.results"
@@ -51,6 +52,7 @@ def build_results(run_dir: str | Path, analyses: list | None = None) -> dict:
         "deployments": _summaries(analyses) if cells else [],
         "cells": cells,
         "damaged_cells": list(getattr(store, "problems", [])),
+        "absent_cells": absent_cells(store, {(c["policy"], c["decoder"], c["seed"]) for c in cells}),
     }
 
 

@@ -55,8 +55,9 @@ def closing_summary(run_dir: str | Path, written: bool = False) -> str:
     verdicts = [line for line in (run_dir / "report.md").read_text().splitlines()
                 if line.startswith("For these users")]
     lines = [f"== {run_dir.name}"] + headline_table(results["deployments"]) + [""] + verdicts
-    absent = results.get("damaged_cells") or []
-    if absent:
-        lines += ["", f"Warning: {len(absent)} damaged or missing cells are in no table (see report.md)."]
+    damaged, absent = results.get("damaged_cells") or [], results.get("absent_cells") or []
+    if damaged or absent:
+        lines += ["", f"Warning: a partial run: {len(absent)} planned cells absent ({len(damaged)} of them damaged) "
+                      "are in no table (report.md lists them); re-run the same command to complete it."]
     return "\n".join(lines + ["", f"report:  {run_dir / 'report.md'}", f"figures: {html_path}",
                               f"results: {run_dir / 'results.json'} (persalign export {run_dir} --format csv)"])

@@ -31,12 +31,35 @@ def cell_rows(results: dict) -> tuple[list[str], list[list]]:
     return columns, [[c.get(k) for k in columns] for c in cells]
 
 
-def log_run(run_dir: str | Path, project: str) -> str:
-    """Log `run_dir` to W&B `project`; returns the W&B run's local folder."""
+MODES = ("online", "offline", "disabled", "dryrun", "run", "shared")
+
+
+def check_wandb(project: str) -> None:
+    """Before any work: an empty project, an unknown WANDB_MODE, or online logging without a login is one
+    line (it ended in wandb's traceback after the run, or logged nothing and said nothing)."""
+    import os
+
+    if not project.strip():
+        raise ConfigError("--wandb-project: empty; name a project, or leave the option out")
+    mode = os.environ.get("WANDB_MODE", "online")
+    if mode not in MODES:
+        raise ConfigError(f"WANDB_MODE={mode!r} is not a W&B mode (online, offline, disabled)")
+    if mode in ("online", "run") and not os.environ.get("WANDB_API_KEY") and \
+            not (Path.home() / ".netrc").exists():
+        raise ConfigError("--wandb-project: W&B has no login here (no WANDB_API_KEY, no ~/.netrc); run `wandb login`, "
+                          "or set WANDB_MODE=offline to log into RUN_DIR/wandb")
+
+
+def log_run(run_dir: str | Path, project: str) -> str | None:
+    """Log `run_dir` to W&B `project`; returns the W&B run's local folder (None: WANDB_MODE=disabled)."""
+    import os
+
     try:
         import wandb
     except ImportError:
         raise ConfigError("--wandb-project needs wandb: pip install wandb (the run itself is stored)") from None
+    if os.environ.get("WANDB_MODE") == "disabled":
+        return None
     results = build_results(run_dir)
     run = wandb.init(project=project, name=results["run"]["config"].get("name"), dir=str(run_dir),
                      config={"persalign": results["run"]["config"], "provenance": results["run"]["provenance"]})

@@ -85,6 +85,9 @@ def documented(settings_cls) -> list[dataclasses.Field]:
 
 def check_settings(settings_cls, values: dict, where: str) -> None:
     """Unknown keys and values outside a field's range are ConfigErrors naming the key and the rule."""
+    if not (isinstance(settings_cls, type) and dataclasses.is_dataclass(settings_cls)):
+        raise ConfigError(f"{where}: the method's Settings ({settings_cls!r}) is not a dataclass; a plugin declares its "
+                          "settings as a @dataclass subclass of MethodSettings (docs/plugins.md)")
     known = {f.name: f for f in documented(settings_cls)}
     unknown = sorted(set(values) - set(known))
     if unknown:

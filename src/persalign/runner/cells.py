@@ -93,6 +93,9 @@ def run_context(config: RunConfig, store: RunStore, log) -> RunContext:
     examples = query_examples(dataset, split)
     log(f"data {dataset.name}: {len(dataset.users())} users, {len(dataset.comparisons)} pairs; "
         f"{len(split.adapt_users)} adaptation users, {len(examples)} query examples")
+    if split.query_seen_in_training:
+        log(f"data: {split.query_seen_in_training} query pairs dropped: the same (prompt, chosen, rejected) is "
+            "also a training, held-out or support pair (users holding the same pairs)")
     shortfall = shortfall_line(len(split.adapt_users))
     if shortfall:
         log(shortfall)

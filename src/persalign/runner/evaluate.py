@@ -25,6 +25,7 @@ from tqdm.auto import tqdm
 from persalign.batching import fixed_groups, plan_generation
 from persalign.cost import cell_work, reward_shapes
 from persalign.decoders.base import Generated, PairScores
+from persalign.errors import NonFiniteScores
 from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
 from persalign.records import Comparison, Completion
@@ -76,9 +77,22 @@ def evaluate_batch(deployment, generate: bool, batch: list[Example], index: int,
             generated = deployment.generate(prepared)
     with timed(timings, "scoring_s", meter):
         pairs = deployment.score_pairs(prepared, generated if generate else None)
+    check_finite(pairs, getattr(deployment, "label", type(deployment).__name__))
     known = generated.scores if generate and generated else None  # Best-of-N's stored sample scores
     _record_rendered_prompts(deployment, prepared)
     return _rows(prepared, index, generated, pairs, known or [{} for _ in batch]), timings
+
+
+def check_finite(pairs: PairScores, label: str) -> None:
+    """A NaN or infinite score would count as a wrong ranking (accuracy 0.00, no warning): the cell stops
+    instead, in one line naming the deployment; finished batches and cells stay stored."""
+    for what, ranked in (("policy scores", pairs.policy), ("rewards", pairs.reward)):
+        if ranked is None:
+            continue
+        bad = sum(int((~np.isfinite(np.asarray(side, dtype=float))).sum()) for side in ranked)
+        if bad:
+            raise NonFiniteScores(f"{label}: {bad} of {2 * len(ranked[0])} {what} of a batch are not finite "
+                                  "(NaN or ±inf); the cell is stopped, finished cells are kept")
 
 
 def _record_rendered_prompts(deployment, prepared) -> None:

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 from persalign.cost import adaptation_work, head_shape, shape_of
-from persalign.errors import ConfigError
+from persalign.errors import ConfigError, PersalignError
 from persalign.files import DamagedFileError, fields, read_json, set_aside, short, write_atomic
 from persalign.models.aliases import default_cache_dir
 from persalign.models.loading import load_causal_lm
@@ -71,19 +71,35 @@ def training_pairs(run, formatter) -> tuple[PairData, PairData, dict[str, PairDa
     return train, val, support
 
 
+def plugin_call(method, stage: str, *args):
+    """`method.fit` / `method.adapt`; a plugin's own exception becomes one line naming the plugin (its
+    module path) and what it raised; persalign's own methods keep their traceback (a bug of ours)."""
+    try:
+        return getattr(method, stage)(*args)
+    except PersalignError:
+        raise
+    except Exception as error:
+        where = f"{type(method).__module__}:{type(method).__qualname__}"
+        if where.startswith("persalign."):
+            raise
+        raise PersalignError(f"method {where}: its {stage} raised {type(error).__name__}: "
+                             f"{str(error).splitlines()[0][:200] if str(error) else ''}; finished cells are kept, "
+                             "fix the plugin and re-run the same command to resume") from error
+
+
 def fit_and_adapt(method, where, train: PairData, val: PairData, support: dict[str, PairData]) -> tuple[object, dict]:
     """Fit on the train users, adapt every adaptation user on its support pairs; (fit log, timing + log info).
 
     `where` is the reward backbone (reward heads) or the policy itself (policy-side methods).
     """
     start = time.perf_counter()
-    fit_log = method.fit(where, train, val)
+    fit_log = plugin_call(method, "fit", where, train, val)
     fit_s = time.perf_counter() - start
     head_method = hasattr(where, "trainable")  # a reward backbone; else the policy itself (policy-side methods)
     if head_method:  # the support features first: adaptation's seconds are then its own work, in any order
         precompute_features(method, where, *support.values())
     start = time.perf_counter()
-    logs = [method.adapt(where, user, pairs) for user, pairs in support.items()]
+    logs = [plugin_call(method, "adapt", where, user, pairs) for user, pairs in support.items()]
     adapt_s = time.perf_counter() - start
     trained_path = head_shape(method) if head_method else shape_of(where.model)
     features = shape_of(where.lm.model) if head_method and method.personalized else None  # globals adapt nothing
