@@ -12,14 +12,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     {"errors"},
     {"files", "registry", "records"},
-    {"config", "config_checks", "batching", "prompts"},
+    {"config", "config_checks", "batching", "prompts", "user_needs"},
     {"models", "scoring", "decoding", "prefix_cache", "model_checks", "metrics", "data"},
     {"rewards", "cost", "work_meter"},
     {"decoders"},
     {"runner", "machine_rates"},
     {"analysis"},
     {"report", "planning", "planning_power"},
-    {"study", "cli"},
+    {"study", "cli", "cli_parser"},
 ]
 LAYER = {name: level for level, names in enumerate(LAYERS) for name in names}
 

@@ -143,7 +143,7 @@ def test_a_report_or_export_of_an_incomplete_run_says_so(finished, tmp_path, cap
     capsys.readouterr()
     assert cli.main(["report", str(run_dir)]) == 1
     out, err = capsys.readouterr()
-    assert "**Warning: a partial run.** 1 planned cell is absent or damaged and in no table: tiny-llama / " \
+    assert "**Warning: a partial run.** 1 planned cell is absent and in no table: tiny-llama / " \
            "ICL (4-shot) / seed 0" in out
     assert out.index("Warning: a partial run") < out.index("## Verdict") if "## Verdict" in out else True
     assert "persalign: a partial run: 1 planned cells absent: tiny-llama / ICL (4-shot) / seed 0" in err

@@ -96,7 +96,7 @@ def test_query_cap_drops_rather_than_moves(demo_dataset):
 def test_most_active_split_shape_like_tldr(demo_dataset):
     from persalign.records import Comparison, PreferenceDataset
 
-    pairs = [Comparison(f"{u}-{i}", u, f"post {i}", "a", "b") for u, n in [("w1", 30), ("w2", 25), ("w3", 12), ("w4", 12),
+    pairs = [Comparison(f"{u}-{i}", u, f"post {u}-{i}", "a", "b") for u, n in [("w1", 30), ("w2", 25), ("w3", 12), ("w4", 12),
                                                                     ("w5", 3)] for i in range(n)]
     dataset = PreferenceDataset("toy", "summary", pairs)
     split = make_split(dataset, SplitConfig(train_top_users=2, adapt_pairs_per_user=10))

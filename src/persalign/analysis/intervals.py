@@ -25,14 +25,11 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
+from persalign.user_needs import MIN_METHODS, MIN_USERS  # noqa: F401  (the sizes each interval is checked at)
+
 MEAN_PROCEDURE = "Hall's skewness-corrected t over users"
 CORRELATION_PROCEDURE = "Fisher z across methods"
-# The fewest methods whose interval covered 93-97 % in tests/test_intervals.py's simulation.
-MIN_METHODS = {"pearson": 4, "spearman": 8, "kendall": 6}
 PERCENT = (0.0, 100.0)
-# The fewest users whose mean interval covered 93-97 % for skewed and bounded values in the same simulation
-# (at 6 users, accuracies from 6 queries each near 80 %: 91 %).
-MIN_USERS = 8
 
 
 def no_interval(mean: float, n: int, reason: str, level: float = 0.95) -> dict:

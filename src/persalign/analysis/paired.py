@@ -33,9 +33,10 @@ import numpy as np
 from scipy import stats
 
 from persalign.analysis.power import DEFAULT_GAP, detectable_difference, users_needed
+from persalign.user_needs import MIN_PAIRED_USERS
 
 SPLITS, RESAMPLES = 20, 400
-MIN_USERS = 6  # null false positives and coverage checked from here (tests/test_intervals.py)
+MIN_USERS = MIN_PAIRED_USERS  # null false positives and coverage checked from here (tests/test_intervals.py)
 PROCEDURE = (f"cross-fitted over {SPLITS} random halvings (winners chosen by ROUGE-1 on one half of the users, "
              f"measured on the other, then swapped), the whole procedure bootstrapped over users "
              f"({RESAMPLES} resamples)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from persalign.analysis.needs import needs_lines
+from persalign.user_needs import needs_lines
 from persalign.config import RunConfig
 from persalign.data.build import build_dataset
 from persalign.data.split import make_split

@@ -249,7 +249,7 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
     parts += ["", demonstrations] if demonstrations else []
     analyses = analyse(run_dir) if analyses is None else analyses
     absent = absent_cells(store, finished_keys(frame))
-    parts += partial_run_lines(absent) + cut_prompts_lines(frame)
+    parts += partial_run_lines(absent, len(problems)) + cut_prompts_lines(frame)
     parts += verdict_section(store, frame, analyses)
     for policy in dict.fromkeys(frame["policy"]):
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]

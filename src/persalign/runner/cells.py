@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from persalign.batching import fixed_groups
-from persalign.analysis.needs import shortfall_line
+from persalign.user_needs import shortfall_line
 from persalign.config import RunConfig, to_dict
 from persalign.data.build import build_dataset
 from persalign.data.split import make_split
