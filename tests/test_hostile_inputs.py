@@ -76,6 +76,8 @@ CASES = {  # name: (make the overrides, the message; before the fix)
     "plugin whose fit raises": (lambda tmp, mp: ["methods=[{name: 'tests.plugin_cases:FailingMethod'}]"],
                                 "method tests.plugin_cases:FailingMethod: its fit raised RuntimeError: this plugin "
                                 "fails on purpose; finished cells are kept"),  # traceback
+    "settings too large for memory": (lambda tmp, mp: ["methods=[{name: pal, prototypes: 1000000000}]"],
+                                      "config.methods[0]: its settings make 9,000,000,520 parameters"),  # tried to allocate 32 GB
     "NaN rewards": (lambda tmp, mp: ["methods=[{name: 'tests.plugin_cases:NanRewards'}]", "args.selection=fixed",
                                      "decoders=[]", "reward.epochs=2"],
                     "NaN RM: "),  # RM accuracy, policy accuracy and win rate 0.00, exit 0
@@ -188,3 +190,47 @@ def test_a_broken_installed_plugin_blocks_only_its_own_use(monkeypatch, capsys):
     assert cli.main(["list"]) == 0
     assert "broken_plugin            BROKEN PLUGIN: reward method 'broken_plugin': cannot load entry point " \
            "'no_such_module:Method'" in capsys.readouterr().out
+
+
+def test_a_full_disk_names_the_file_it_was_writing(tmp_path, monkeypatch):
+    """Before: "a file: No space left on device" (a write error carries no file name)."""
+    import errno
+    from pathlib import Path
+
+    from persalign.cli import os_problem
+    from persalign.files import write_atomic
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_bytes", full)
+    with pytest.raises(OSError) as caught:
+        write_atomic(tmp_path / "results.json", "{}")
+    assert os_problem(caught.value).startswith(f"{tmp_path / 'results.json.tmp'}: No space left on device; nothing")
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
+    """Before: numpy's ArrayMemoryError (a 2M-record file under a memory limit) ended in a traceback."""
+    def exhausted(args):
+        raise MemoryError("Unable to allocate 30.5 GiB for an array")
+
+    monkeypatch.setitem(cli.HANDLERS, "list", exhausted)
+    line = cli_error(capsys, ["list"])
+    assert line.startswith("persalign: error: out of memory (MemoryError: Unable to allocate 30.5 GiB") and \
+        "lower what sets the size" in line
+
+
+def test_repairing_a_damaged_rows_file_does_not_call_the_intact_timings_damaged(finished, tmp_path, capsys):
+    """Before: both rows.jsonl and the intact timings.jsonl were reported "damaged (…rows.jsonl's problem…)"."""
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished, run_dir)
+    cell = run_dir / "cells" / "tiny-llama" / "ICL_4-shot" / "seed-0"
+    lines = (cell / "rows.jsonl").read_text().splitlines()
+    (cell / "rows.jsonl").write_text("\n".join(lines[:1] + ["{not json"] + lines[1:]) + "\n")
+    (cell / "metrics.json").unlink()  # the cell is unfinished: the resume reads its rows back
+    capsys.readouterr()
+    assert cli.main(RUN + ["-o", str(run_dir), "seeds=[0]", "decoders=[{name: zero_shot}, {name: icl, shots: 4}]"]
+                    + [a for a in TINY if not a.startswith("seeds")]) == 0
+    err = capsys.readouterr().err
+    assert f"{cell / 'rows.jsonl'}: damaged (" in err
+    assert f"{cell / 'timings.jsonl'}: intact, but its cell's rows.jsonl is damaged; moved to" in err

@@ -164,6 +164,12 @@ def _cmd_list(args) -> None:
             print("  (none yet)")
 
 
+def out_of_memory(error: BaseException) -> str:
+    return (f"out of memory ({type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}); "
+            "nothing already stored was lost; lower what sets the size (data.max_users, batch sizes, a method's "
+            "settings) and re-run the same command to resume")
+
+
 def os_problem(error: OSError) -> str:
     """'PATH: what the system said' and what that means for stored results (writes are atomic or per batch)."""
     where = error.filename or "a file"
@@ -229,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
         return _quiet_broken_pipe()
     except PersalignError as exc:
         print(f"persalign: error: {exc}", file=sys.stderr)
+        return 2
+    except MemoryError as exc:  # numpy's ArrayMemoryError too
+        print(f"persalign: error: {out_of_memory(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # read-only folder, disk full, a directory where a file belongs: one line, not a traceback
         print(f"persalign: error: {os_problem(exc)}", file=sys.stderr)

@@ -15,6 +15,7 @@ file is:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -114,17 +115,31 @@ def read_tensors(path) -> dict:
         raise DamagedFileError(path, short(error)) from None
 
 
+@contextlib.contextmanager
+def naming(path):
+    """An OSError raised while writing `path` names it: a full disk fails a write without a file name, and the
+    one-line error would then say "a file"."""
+    try:
+        yield
+    except OSError as error:
+        if error.filename is None:
+            raise OSError(error.errno, error.strerror or str(error), str(path)) from error
+        raise
+
+
 def write_atomic(path, content: str | bytes) -> None:
     """Write through a temporary file and a rename: a kill leaves the old file or the new, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+    with naming(tmp):
+        tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
     tmp.replace(path)
 
 
-def set_aside(path, problem: str, what: str = "recomputed") -> Path:
-    """Move a damaged cache file or folder out of the way (kept for inspection) and say so in one line."""
+def set_aside(path, problem: str, what: str = "recomputed", damaged: bool = True) -> Path:
+    """Move a damaged cache file or folder out of the way (kept for inspection) and say so in one line;
+    `damaged=False`: an intact file that goes with a damaged one (the line says which)."""
     path = Path(path)
     target = path.with_name(path.name + ".damaged")
     number = 1
@@ -132,5 +147,5 @@ def set_aside(path, problem: str, what: str = "recomputed") -> Path:
         number += 1
         target = path.with_name(f"{path.name}.damaged-{number}")
     path.replace(target)
-    warn(f"{path}: damaged ({problem}); moved to {target.name} and {what}")
+    warn(f"{path}: {'damaged (' + problem + ')' if damaged else problem}; moved to {target.name} and {what}")
     return target

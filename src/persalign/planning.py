@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from persalign.cost import ModelShape, args_work, best_of_n_work, forward_flops, greedy_work
+from persalign.runner.plan import cell_kind
 
 NO_HEAD = ModelShape(0.0, 0.0, 0, 0)
 TRAIN_SHARE = 0.5  # a proposal keeps at least this share of the users training the reward models (the paper: 80 %)
@@ -61,15 +62,7 @@ def shape_from_config(config) -> ModelShape:
     return ModelShape(float(layers * (attention + mlp)), float(config.vocab_size * width), layers, width)
 
 
-def kind_of(planned) -> str:
-    properties = planned.properties
-    if properties.reranks_samples:
-        return "best_of_n"
-    if properties.needs == "reward_model":
-        return "args"
-    if properties.needs == "policy_method":
-        return "soft_prompt"
-    return "icl" if properties.uses_demonstrations else "zero_shot"
+kind_of = cell_kind  # one definition: runner/plan.py
 
 
 def design_of(config) -> Design:

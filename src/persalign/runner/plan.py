@@ -94,9 +94,48 @@ def method_cells(config: RunConfig, policy: str) -> list[PlannedCell]:
     return cells
 
 
+def cell_kind(planned: PlannedCell) -> str:
+    """What kind of work a cell is (its cost differs by kind): best_of_n, args, soft_prompt, icl or zero_shot."""
+    properties = planned.properties
+    if properties.reranks_samples:
+        return "best_of_n"
+    if properties.needs == "reward_model":
+        return "args"
+    if properties.needs == "policy_method":
+        return "soft_prompt"
+    return "icl" if properties.uses_demonstrations else "zero_shot"
+
+
 def plan(config: RunConfig) -> list[PlannedCell]:
     """Every cell, policy by policy: the reward-free deployments first, then each method's."""
     return [p for policy in config.policies for p in baseline_cells(config, policy) + method_cells(config, policy)]
+
+
+def check_method_size(method_cls, method, config: RunConfig, where: str) -> None:
+    """Settings that would not fit in this machine's memory (`prototypes: 1000000000`) are refused before
+    anything is allocated: the method is built on the meta device, its parameters counted, and the float32
+    weights, gradients and Adam's two moments compared with the machine's memory."""
+    if getattr(method_cls, "pretrained", False):  # a pretrained RM is sized by its own files
+        return
+    import os
+
+    import torch
+
+    from persalign.model_checks import policy_config
+    from persalign.rewards.method import resolve_settings
+
+    try:
+        hidden = policy_config(config.reward.backbone or config.policies[0], config.cache_dir).hidden_size
+        with torch.device("meta"):
+            module = method_cls(hidden, resolve_settings(method_cls, method, config.reward, 0))
+        parameters = sum(p.numel() for p in module.parameters())
+    except Exception:  # noqa: BLE001  (a method that cannot be built this way is sized when it is built)
+        return
+    need, total = 16 * parameters, os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if need > total:
+        raise ConfigError(f"{where}: its settings make {parameters:,} parameters, {need / 2**30:.1f} GiB to train "
+                          f"(float32 weights, gradients, Adam), more than this machine's {total / 2**30:.1f} GiB; "
+                          "lower the setting that sets its size")
 
 
 def check_methods(config: RunConfig, where: str = "config") -> None:
@@ -112,3 +151,4 @@ def check_methods(config: RunConfig, where: str = "config") -> None:
         check_settings(method_cls.Settings, method.settings, f"{where}.methods[{i}]")
         if hasattr(method_cls, "preflight"):  # what only the method can check (a pretrained RM's model)
             method_cls.preflight(method.settings)
+        check_method_size(method_cls, method, config, f"{where}.methods[{i}]")

@@ -26,6 +26,7 @@ from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: al
     trained_providers,
 )
 from persalign.runner.lock import locked
+from persalign.runner.plan import cell_kind
 from persalign.runner.store import RunStore
 
 
@@ -51,7 +52,7 @@ def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
     if not todo:
         return store
     run_ctx = run_context(config, store, log)
-    progress = Progress(len(cells), len(cells) - len(todo), log)
+    progress = Progress(len(cells), len(cells) - len(todo), log, kinds=[cell_kind(p) for p in todo])
     providers = trained_providers(config, store)
     for policy in config.policies:
         policy_todo = [p for p in todo if p.cell.policy == policy]
@@ -60,7 +61,7 @@ def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
             uses = Counter(need_key(p) for p in policy_todo if p.needs)
             for planned in policy_todo:
                 run_planned(planned, policy_ctx, providers)
-                progress.tick(planned.cell.decoder)
+                progress.tick(planned.cell.decoder, cell_kind(planned))
                 if planned.needs:  # free a trained component (a LoRA copy of a model) after its last cell
                     uses[need_key(planned)] -= 1
                     if not uses[need_key(planned)]:

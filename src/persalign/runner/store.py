@@ -22,7 +22,9 @@ from pathlib import Path
 import yaml
 
 from persalign.errors import ConfigError, DataError, PersalignError
-from persalign.files import DamagedFileError, fields, read_json, read_yaml_mapping, set_aside, write_atomic
+from persalign.files import (
+    DamagedFileError, fields, naming, read_json, read_yaml_mapping, set_aside, write_atomic,
+)
 from persalign.runner.store_checks import metrics_problem, parse_line, rows_problem, short
 
 
@@ -149,9 +151,11 @@ class RunStore:
             rows = self.read_rows(cell, _repair=True)
             self.read_jsonl(cell, "timings.jsonl", repair=True)
         except DataError as error:  # a damaged result is never used: set aside (kept) and recomputed
+            damaged = Path(error.path).name
             for name in ("rows.jsonl", "timings.jsonl", "metrics.json"):
                 if (self.cell_dir(cell) / name).exists():
-                    set_aside(self.cell_dir(cell) / name, error.problem, "the cell is recomputed")
+                    problem = error.problem if name == damaged else f"intact, but its cell's {damaged} is damaged"
+                    set_aside(self.cell_dir(cell) / name, problem, "the cell is recomputed", damaged=name == damaged)
             rows = []
         by_batch: dict[int, list[str]] = {}
         for row in rows:
@@ -166,7 +170,7 @@ class RunStore:
     def append(self, cell: Cell, name: str, records: list[dict]) -> None:
         path = self.cell_dir(cell) / name
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as handle:
+        with naming(path), path.open("a", encoding="utf-8") as handle:
             handle.write("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
             handle.flush()
             os.fsync(handle.fileno())
