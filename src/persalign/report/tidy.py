@@ -29,11 +29,11 @@ def _interval(rows: list[dict], metric: str) -> tuple[float | None, float | None
 
 
 def _costs(cell: dict) -> dict:
+    """The counted costs the verdict uses (cost.py), never metered FLOPs (those depend on caches and resumes)."""
     training = (cell.get("settings") or {}).get("training") or {}
     adapt = training.get("adapt_work") if isinstance(training, dict) else None
     return {"generation_flops_per_output": (cell.get("counted_work") or {}).get("flops_per_output"),
-            "adaptation_flops_per_user": adapt.get("flops_per_user") if isinstance(adapt, dict) else None,
-            "training_flops": training.get("training_flops") if isinstance(training, dict) else None}
+            "adaptation_flops_per_user": adapt.get("flops_per_user") if isinstance(adapt, dict) else None}
 
 
 def tidy_rows(results: dict) -> list[dict]:
