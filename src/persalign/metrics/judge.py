@@ -1,0 +1,144 @@
+"""A pairwise judge: which of two outputs fits this user better, asked in both orders.
+
+Personalized RewardBench judges downstream quality against each user's rubric (`rubric_aspects`,
+never shown to a reward model); on writing data the judge reads the user's own earlier texts. The
+judge is not the reward model that guided the output, so its win rate is not circular. Each pair is
+asked twice, (x, y) and (y, x): answers that agree give a win, a loss or a tie; answers that name
+the same position both times are position bias (counted, and a tie); an answer that cannot be
+parsed is counted as invalid, never silently a tie. Several judges (or prompts) combine by majority.
+
+The judge is any text generator `prompts -> answers`: a causal LM through the one generation engine
+(`lm_judge`), or a served model behind an OpenAI-compatible endpoint (`endpoint_judge`).
+
+    python -c "from persalign.metrics.judge import parse_choice; print(parse_choice('B.'))"
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+Generator = Callable[[list[str]], list[str]]
+ANSWER = re.compile(r"^\W*(?:response\s+)?(A|B|tie)\b", re.IGNORECASE)
+INSTRUCTION = ("You judge which of two responses fits one particular user better. What we know of the user:\n"
+               "{context}\n\nTask input: {query}\n\nResponse A: {first}\n\nResponse B: {second}\n\n"
+               "Which response fits this user better? Answer with exactly one word: A, B, or tie.")
+
+
+def parse_choice(answer: str) -> str | None:
+    """'A', 'B' or 'tie' from the start of a judge's answer; None when it says none of them."""
+    match = ANSWER.match(answer or "")
+    if not match:
+        return None
+    choice = match.group(1)
+    return "tie" if choice.lower() == "tie" else choice.upper()
+
+
+@dataclass
+class JudgeTally:
+    """Outcomes of `candidate` against `reference` over items, with the judge's own failures counted."""
+
+    wins: int = 0
+    losses: int = 0
+    ties: int = 0
+    position_bias: int = 0  # both orders named the same position (counted as a tie as well)
+    invalid: int = 0  # at least one of the two answers could not be parsed (not a tie)
+    outcomes: list = field(default_factory=list)  # per item: "win", "loss", "tie" or None (invalid)
+
+    @property
+    def judged(self) -> int:
+        return self.wins + self.losses + self.ties
+
+    @property
+    def win_rate(self) -> float | None:
+        """Wins plus half the ties, over the validly judged items (×100); None when none was."""
+        return None if not self.judged else 100.0 * (self.wins + 0.5 * self.ties) / self.judged
+
+
+def _outcome(first_order: str | None, second_order: str | None) -> tuple[str | None, bool]:
+    """(outcome for the candidate, position bias) from the answers with the candidate as A, then as B."""
+    if first_order is None or second_order is None:
+        return None, False
+    if first_order == "tie" and second_order == "tie":
+        return "tie", False
+    candidate_first = {"A": "win", "B": "loss"}.get(first_order, "tie")
+    candidate_second = {"B": "win", "A": "loss"}.get(second_order, "tie")
+    if candidate_first == candidate_second:
+        return candidate_first, False
+    biased = first_order == second_order and first_order != "tie"
+    return "tie", biased
+
+
+TALLY_FIELDS = {"win": "wins", "loss": "losses", "tie": "ties"}
+
+
+def judge_pairs(generate: Generator, contexts: list[str], queries: list[str], candidates: list[str],
+                references: list[str]) -> JudgeTally:
+    """Each candidate against its reference, in both orders, in one call of the generator."""
+    prompts = [INSTRUCTION.format(context=c, query=q, first=a, second=b)
+               for c, q, a, b in zip(contexts, queries, candidates, references)]
+    prompts += [INSTRUCTION.format(context=c, query=q, first=b, second=a)
+                for c, q, a, b in zip(contexts, queries, candidates, references)]
+    answers = [parse_choice(text) for text in generate(prompts)]
+    n, tally = len(candidates), JudgeTally()
+    for first, second in zip(answers[:n], answers[n:]):
+        outcome, biased = _outcome(first, second)
+        tally.outcomes.append(outcome)
+        tally.position_bias += biased
+        counter = TALLY_FIELDS.get(outcome, "invalid")
+        setattr(tally, counter, getattr(tally, counter) + 1)
+    return tally
+
+
+def majority(tallies: list[JudgeTally]) -> list[str | None]:
+    """Per item, the outcome most judges gave among their valid ones (a tie between outcomes is a tie;
+    no valid outcome is invalid)."""
+    combined = []
+    for outcomes in zip(*(t.outcomes for t in tallies)):
+        votes = Counter(o for o in outcomes if o is not None).most_common()
+        if not votes:
+            combined.append(None)
+        elif len(votes) > 1 and votes[0][1] == votes[1][1]:
+            combined.append("tie")
+        else:
+            combined.append(votes[0][0])
+    return combined
+
+
+def lm_judge(lm, max_new_tokens: int = 4) -> Generator:
+    """A causal LM (persalign.models.loading.load_causal_lm) as the judge, through the one generation engine:
+    greedy, its chat template applied where it has one."""
+    from persalign.decoding import generate_texts
+
+    tokenizer = lm.tokenizer
+
+    def generate(prompts: list[str]) -> list[str]:
+        if getattr(tokenizer, "chat_template", None):
+            ids = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
+                                                 tokenize=True) for p in prompts]
+            ids = [i["input_ids"] if hasattr(i, "keys") else i for i in ids]  # a BatchEncoding in newer versions
+        else:
+            ids = [tokenizer(p + "\nAnswer:")["input_ids"] for p in prompts]
+        return generate_texts(lm, [list(i) for i in ids], max_new_tokens)
+
+    return generate
+
+
+def endpoint_judge(base_url: str, model: str, api_key: str = "none", max_tokens: int = 4) -> Generator:
+    """A model served behind an OpenAI-compatible endpoint (vLLM, llama.cpp's server, …) as the judge."""
+    try:
+        from openai import OpenAI
+    except ImportError:
+        from persalign.errors import ConfigError
+
+        raise ConfigError("an endpoint judge needs the openai client: pip install openai") from None
+    client = OpenAI(base_url=base_url, api_key=api_key)
+
+    def generate(prompts: list[str]) -> list[str]:
+        return [client.chat.completions.create(model=model, messages=[{"role": "user", "content": p}],
+                                               temperature=0, max_tokens=max_tokens).choices[0].message.content or ""
+                for p in prompts]
+
+    return generate
