@@ -86,8 +86,9 @@ def bootstrap_se(select, value, is_icl, rng, resamples: int = RESAMPLES) -> floa
 
 
 def crossfit_comparison(select: np.ndarray, value: np.ndarray, is_icl: np.ndarray, seed: int = 0,
-                        level: float = 0.95, gap: float = DEFAULT_GAP, bounds=(-100.0, 100.0)) -> dict | None:
-    """Cross-fitted best-ICL − best-reward difference with its interval and power; None below 2 users.
+                        level: float = 0.95, bounds=(-100.0, 100.0)) -> dict | None:
+    """Cross-fitted best-ICL − best-reward difference with its interval and power (users needed for a gap of
+    DEFAULT_GAP points); None below 2 users.
 
     `select` and `value` are (methods, users): the selection metric (ROUGE-1) and the compared metric.
     `chosen`: the (ICL, reward) rows chosen, with the share of half-splits that chose them, most often first.
@@ -101,7 +102,7 @@ def crossfit_comparison(select: np.ndarray, value: np.ndarray, is_icl: np.ndarra
     mean, picks = means[0], Counter(map(tuple, picks[0].tolist()))
     chosen = [(icl, reward, count / picks.total()) for (icl, reward), count in picks.most_common()]
     result = {"mean": float(mean), "low": None, "high": None, "level": level, "users": users, "chosen": chosen,
-              "selection": PROCEDURE, "gap": gap, "sd": float("nan"), "detectable": float("nan"),
+              "selection": PROCEDURE, "gap": DEFAULT_GAP, "sd": float("nan"), "detectable": float("nan"),
               "users_needed": None, "reason": None}
     if users < MIN_USERS:
         result["reason"] = f"{users} users: the cross-fitted interval needs {MIN_USERS} or more"
@@ -112,7 +113,7 @@ def crossfit_comparison(select: np.ndarray, value: np.ndarray, is_icl: np.ndarra
         return result
     half = float(stats.t.ppf(1 - (1 - level) / 2, users - 1)) * se
     sd = se * np.sqrt(users)  # the spread of per-user differences this standard error implies
-    needed = users_needed(gap, sd)
+    needed = users_needed(DEFAULT_GAP, sd)
     result.update(low=max(bounds[0], mean - half), high=min(bounds[1], mean + half), sd=sd,
                   detectable=detectable_difference(sd, users),
                   users_needed=None if needed is None else max(MIN_USERS, needed))
