@@ -57,9 +57,11 @@ def metered_flops(run_dir: Path) -> dict[str, float]:
     totals: Counter = Counter()
     cells = [json.loads(path.read_text()) for path in sorted(run_dir.glob("cells/*/*/*/metrics.json"))]
     for metrics in cells:
-        for key, value in (metrics.get("stage_flops") or {}).items():
-            totals[key.removesuffix("_flops")] += value
-        totals["λ choice"] += (metrics.get("settings") or {}).get("lambda_flops") or 0.0
+        for field in ("stage_flops", "stage_shared_flops"):  # the cell's own work and the shared work it did
+            for key, value in (metrics.get(field) or {}).items():
+                totals[key.removesuffix("_shared_flops").removesuffix("_flops")] += value
+        settings = metrics.get("settings") or {}
+        totals["λ choice"] += (settings.get("lambda_flops") or 0.0) + (settings.get("lambda_shared_flops") or 0.0)
     for training in distinct_trainings([m.get("settings") for m in cells], [m.get("seed") for m in cells]):
         totals["features"] += training.get("features_flops") or 0.0  # each trained model once (ARGS + Best-of-N)
         totals[TRAINING] += training.get("training_flops") or 0.0  # fit and adaptation, metered together

@@ -74,7 +74,7 @@ TINY_STUDY = [
     "decoders=[{name: zero_shot}, {name: icl, shots: 1}, {name: icl, shots: 2}, {name: icl_rag, shots: 2}]",
 ]
 
-SKIPPED = {"stage_seconds", "stage_flops", "peak_memory_mib", "settings", "decoder_index", "seed_dependent",
+SKIPPED = {"stage_seconds", "stage_flops", "stage_shared_flops", "peak_memory_mib", "settings", "decoder_index", "seed_dependent",
            "deployment"}  # stage_flops: metered work, padding included (tests/test_work_meter.py checks it)
 ROW_COLUMNS = ("generation", "s_chosen", "s_rejected", "rm_chosen", "rm_rejected", "rm_score", "win")
 

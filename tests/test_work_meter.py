@@ -54,4 +54,28 @@ def test_every_cell_records_its_stages_work_and_training_and_the_lambda_choice_t
     assert zero["stage_flops"]["scoring_flops"] > 0 and args["stage_flops"]["generation_flops"] > 0
     training = args["settings"]["training"]
     assert training["features_flops"] > 0 and "training_flops" in training
-    assert args["settings"]["lambda_flops"] > 0
+    # policy_accuracy reads the memoised log-probs and cached features only: shared work, none of its own
+    assert args["settings"]["lambda_flops"] == 0 and args["settings"]["lambda_shared_flops"] > 0
+
+
+def test_a_cell_run_again_in_a_fresh_process_meters_the_same_own_work(tmp_path, cache_dir):
+    """A resumed run has lost the in-memory memos (policy log-probs, the λ choice's greedy batches and
+    prefills): the cell it reruns must still meter what the uninterrupted run metered (#43: they differed
+    by the memoised work); the recomputed memo entries are shared work, stored apart."""
+    import shutil
+
+    from persalign.runner.run import run
+    from persalign.runner.store import Cell
+
+    config = tiny_config("seeds=[0, 1]", "decoders=[{name: zero_shot}]", "methods=[{name: global_rm}]",
+                         "reward.epochs=1", "args.lambdas=[0, 1]", "args.selection=policy_accuracy")
+    store = run(config, tmp_path / "run", log=lambda *_: None)
+    before = {(m["decoder"], m["seed"]): m for m in store.all_metrics()}
+    second = store.cell_dir(Cell(config.policies[0], "Global RM", 1))
+    assert before[("Global RM", 0)]["stage_shared_flops"]  # the first ARGS cell filled the memo
+    shutil.rmtree(second)  # as if killed in that cell: a fresh process runs it again with empty memos
+    after = {(m["decoder"], m["seed"]): m for m in run(config, tmp_path / "run", log=lambda *_: None).all_metrics()}
+    for key, metrics in before.items():
+        assert after[key]["stage_flops"] == metrics["stage_flops"], key
+        assert after[key]["settings"].get("lambda_flops") == metrics["settings"].get("lambda_flops"), key
+    assert after[("Global RM", 1)]["stage_shared_flops"]  # it computed the memo again: shared work done

@@ -9,12 +9,19 @@ A forward of the transformer body over `new` tokens per row after `context` cach
 read; a forward with gradients enabled counts 3× (forward + backward). Reward heads over cached features
 are not watched: their parameters are a few thousand, their FLOPs negligible.
 
+Work kept for later cells (the policy's log-prob memo, prefills and greedy batches reused by the λ choice,
+the RM backbone's feature cache, Best-of-N samples, the zero-shot outputs of the win rate) is metered
+apart, as shared work (`shared()`): whichever cell first needs it computes it, and a resumed run that lost
+the in-memory memos computes it again, so it depends on the order and the history of the run. A cell's own
+stage FLOPs leave it out and are the same in an uninterrupted and a resumed run; the shared work is stored
+beside them (`stage_shared_flops`) as work done, for the floor benchmark.
+
     python -c "from persalign.work_meter import WorkMeter; print(WorkMeter().flops)"
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 
@@ -28,6 +35,8 @@ class WorkMeter:
 
     def __init__(self):
         self.flops = 0.0
+        self.shared_flops = 0.0  # work done for a memo or cache that later cells reuse
+        self._sharing = 0
         self._watched: set[int] = set()
 
     def watch(self, model) -> None:
@@ -45,7 +54,20 @@ class WorkMeter:
             head.register_forward_hook(self._head_hook(shape.head_params, shape.width))
 
     def _add(self, flops: float) -> None:
-        self.flops += flops * (TRAINING_FACTOR if torch.is_grad_enabled() else 1.0)
+        flops *= TRAINING_FACTOR if torch.is_grad_enabled() else 1.0
+        if self._sharing:
+            self.shared_flops += flops
+        else:
+            self.flops += flops
+
+    @contextmanager
+    def shared(self):
+        """Meter the block's forwards as shared work (a memo or cache filled for every later cell)."""
+        self._sharing += 1
+        try:
+            yield
+        finally:
+            self._sharing -= 1
 
     def _body_hook(self, body: ModelShape):
         def hook(module, args, kwargs):
@@ -66,10 +88,28 @@ class WorkMeter:
         return hook
 
     @contextmanager
-    def measure(self, record: dict, key: str):
-        """Add the FLOPs of the block's forwards to `record[key]`."""
-        before = self.flops
+    def measure(self, record: dict, key: str, with_shared: bool = False):
+        """Add the FLOPs of the block's own forwards to `record[key]`, and the shared work it did to
+        `record[key + "_shared"]` (or to `record[key]` itself `with_shared`: training reads the feature cache
+        it fills)."""
+        before, shared_before = self.flops, self.shared_flops
         try:
             yield
         finally:
-            record[key] = record.get(key, 0.0) + (self.flops - before)
+            own, shared = self.flops - before, self.shared_flops - shared_before
+            record[key] = record.get(key, 0.0) + own + (shared if with_shared else 0.0)
+            if shared and not with_shared:
+                record[key + "_shared"] = record.get(key + "_shared", 0.0) + shared
+
+
+def shared_work(meter: WorkMeter | None):
+    """`meter.shared()`, or nothing where no meter watches (a memo used outside a run)."""
+    return meter.shared() if meter is not None else nullcontext()
+
+
+class SharedMemo(dict):
+    """A memo kept across the cells of one policy, knowing the meter its computations are shared work of."""
+
+    def __init__(self, meter: WorkMeter | None = None):
+        super().__init__()
+        self.meter = meter

@@ -58,7 +58,8 @@ class ArgsDeployment(TrainedDeployment):
         started, work = time.perf_counter(), {}
         with self.ctx.policy.meter.measure(work, "flops"):  # the λ choice's decodes and scoring, metered
             self.choice = choose_lambda(self.ctx, self.trained)
-        self.choice.update(seconds=time.perf_counter() - started, flops=work["flops"])
+        self.choice.update(seconds=time.perf_counter() - started, flops=work["flops"],
+                           shared_flops=work.get("flops_shared", 0.0))
         write_atomic(path, json.dumps(self.choice, indent=2))
 
     @property
@@ -125,7 +126,8 @@ class ArgsDeployment(TrainedDeployment):
     def settings(self) -> dict:
         ties = getattr(self.trained.method, "truncation_ties", None)  # a text-level RM that cut its inputs
         return {"lambda": self.lam, "lambda_rule": self.choice["rule"], "lambda_s": self.choice.get("seconds", 0.0),
-                "lambda_flops": self.choice.get("flops"), "top_k": self.args.top_k,
+                "lambda_flops": self.choice.get("flops"), "lambda_shared_flops": self.choice.get("shared_flops"),
+                "top_k": self.args.top_k,
                 **({"truncation_ties": ties} if ties else {}), **self.training_settings()}
 
     def summary_line(self, metrics: dict) -> str:

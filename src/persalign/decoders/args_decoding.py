@@ -46,6 +46,7 @@ from persalign.decoders.args_scorers import (  # noqa: F401  (RewardGuide, tree_
 from persalign.decoding import RowTracker, extend_mask, left_pad
 from persalign.errors import ConfigError
 from persalign.rewards.base import PoolingState
+from persalign.work_meter import shared_work
 
 
 def check_same_tokenizer(policy_tokenizer, rm_tokenizer) -> None:
@@ -140,5 +141,6 @@ def args_decode_reusing_greedy(memo: dict, policy, guide: RewardGuide, prompts: 
            guide.top_k, max_new_tokens,
            tuple(map(tuple, prompts)))
     if key not in memo:
-        memo[key] = args_decode(policy, guide, prompts, max_new_tokens)
+        with shared_work(getattr(memo, "meter", None)):  # every later method and seed reuses it
+            memo[key] = args_decode(policy, guide, prompts, max_new_tokens)
     return [list(row) for row in memo[key]]

@@ -22,6 +22,7 @@ import torch
 
 from persalign.errors import ConfigError
 from persalign.models.loading import decoder_stack
+from persalign.work_meter import shared_work
 
 
 @dataclass
@@ -101,7 +102,8 @@ def reuse_prefill(memo: dict | None, key: tuple, compute):
     if memo is None:
         return compute()
     if key not in memo:
-        memo[key] = compute()
+        with shared_work(getattr(memo, "meter", None)):  # later cells and λ rows reuse it
+            memo[key] = compute()
     return copy.deepcopy(memo[key])
 
 

@@ -27,6 +27,7 @@ import torch
 from persalign.decoding import clean_generation, decode
 from persalign.files import set_aside, short, write_atomic
 from persalign.metrics.generation import score_generations
+from persalign.work_meter import shared_work
 
 
 def sampler(seed: int, keys: list[str], temperature: float = 1.0):
@@ -99,6 +100,7 @@ class SampleStore:
     max_new_tokens: int
     draws: list[list] = field(default_factory=list)  # query examples drawn together (one generator per group)
     loaded: dict = field(default_factory=dict)  # seed -> {example id: record}: the file is read once per seed
+    meter: object = None  # a WorkMeter: drawing is shared work (every Best-of-N cell of the seed reads the samples)
 
     def path(self, seed: int):
         return self.root / "samples" / self.policy.name.replace("/", "_") / f"seed-{seed}.jsonl"
@@ -121,7 +123,8 @@ class SampleStore:
         prompts = [self.formatter.prompt_ids(ex.comparison.prompt, history=ex.comparison.history) for ex in missing]
         n = max(self.bon.ns)
         choose = sampler(seed, sample_keys([ex.id for ex in missing], n), self.bon.temperature)
-        texts = sample_responses(self.policy, prompts, n, self.max_new_tokens, choose)
+        with shared_work(self.meter):
+            texts = sample_responses(self.policy, prompts, n, self.max_new_tokens, choose)
         path = self.path(seed)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("a", encoding="utf-8") as handle:

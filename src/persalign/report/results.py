@@ -20,7 +20,8 @@ from persalign.runner.store import Cell, RunStore
 
 SCHEMA = "persalign.results"
 SCHEMA_VERSION = 1
-COST_KEYS = ("stage_seconds", "stage_flops", "counted_work", "peak_memory_mib")  # `export --costs` columns
+# `export --costs` columns
+COST_KEYS = ("stage_seconds", "stage_flops", "stage_shared_flops", "counted_work", "peak_memory_mib")
 
 
 def _summaries(analyses: list) -> list[dict]:

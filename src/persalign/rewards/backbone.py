@@ -28,6 +28,7 @@ from persalign.decoding import Prefill, left_pad
 from persalign.files import DamagedFileError, read_tensors, set_aside
 from persalign.models.loading import decoder_stack
 from persalign.scoring import continue_from_prefill, right_pad
+from persalign.work_meter import shared_work
 
 
 FEATURE_PASS = "unpadded"  # names the cache folder; change it when the pass's floats change
@@ -72,6 +73,7 @@ class RewardBackbone:
                            else Path(cache_dir) / "features" / f"{key}-{FEATURE_PASS}")
         self._cache: dict[str, torch.Tensor] = {}
         self._unsaved: set[str] = set()
+        self.meter = None  # a WorkMeter: filling the cache is shared work (every method reads it)
         if self.cache_path is not None:
             for shard in sorted(self.cache_path.glob("shard-*.safetensors")):
                 self._cache.update(_read_shard(shard))
@@ -97,7 +99,7 @@ class RewardBackbone:
         missing = sorted({k: i for i, k in enumerate(keys) if k not in self._cache}.items())
         if missing:
             index = [i for _, i in missing]
-            with torch.no_grad():
+            with torch.no_grad(), shared_work(self.meter):
                 computed = self._forward([prompts[i] for i in index], [responses[i] for i in index], batch_size)
             self._cache.update({k: s.contiguous() for (k, _), s in zip(missing, computed)})
             self._unsaved.update(k for k, _ in missing)
@@ -124,7 +126,8 @@ class RewardBackbone:
         keys = [_prompt_key(p) for p in prompts]
         missing = list({k: p for k, p in zip(keys, prompts) if k not in self._cache}.values())
         if missing:
-            self._forward_shared_prompts(missing, [[] for _ in missing], batch_size or self.batch_size)
+            with shared_work(self.meter):
+                self._forward_shared_prompts(missing, [[] for _ in missing], batch_size or self.batch_size)
             self._save()
         return [self._cache[k].float() for k in keys]
 

@@ -22,6 +22,7 @@ import torch
 
 from persalign.rewards.backbone import pad_states
 from persalign.scoring import response_logprobs
+from persalign.work_meter import shared_work
 
 
 def s_rgd(logprob_sums, step_reward_sums, lam):
@@ -58,7 +59,8 @@ def logprob_sums(policy, prompts, responses, batch_size: int, memo: dict | None 
     keys = [(policy.name, tuple(p), tuple(r)) for p, r in zip(prompts, responses)]
     todo = list({k: i for i, k in enumerate(keys) if k not in memo}.values())  # one index per new key
     if todo:
-        computed = response_logprobs(policy, [prompts[i] for i in todo], [responses[i] for i in todo], batch_size,
-                                     token_budget)
+        with shared_work(getattr(memo, "meter", None)):  # later cells read them from the memo
+            computed = response_logprobs(policy, [prompts[i] for i in todo], [responses[i] for i in todo], batch_size,
+                                         token_budget)
         memo.update({keys[i]: float(lp.sum()) for i, lp in zip(todo, computed)})
     return np.array([memo[k] for k in keys])

@@ -134,6 +134,7 @@ def policy_context(run_ctx: RunContext, lm) -> PolicyContext:
                           config.generation.max_new_tokens, draws)
     policy = PolicyContext(run_ctx, lm, formatter, samples)
     policy.meter.watch(lm.model)
+    samples.meter = policy.meter
     return policy
 
 

@@ -22,7 +22,7 @@ from persalign.decoders.base import EvalContext, properties_of
 from persalign.decoding import generate_texts
 from persalign.runner.plan import PlannedCell
 from persalign.runner.store import Cell, RunStore
-from persalign.work_meter import WorkMeter
+from persalign.work_meter import SharedMemo, WorkMeter
 
 
 @dataclass
@@ -52,13 +52,17 @@ class PolicyContext:
     lm: object  # LoadedLM of the policy
     formatter: object  # PromptFormatter of the policy's tokenizer
     samples: object = None  # decoders.best_of_n_samples.SampleStore, when Best-of-N is on
-    memo: dict = field(default_factory=dict)  # policy log-prob sums shared by every cell of this policy
+    memo: SharedMemo = field(default_factory=SharedMemo)  # policy log-prob sums shared by every cell of this policy
     trained: dict = field(default_factory=dict)  # (method label, seed) -> trained component
-    decoded: dict = field(default_factory=dict)  # the λ choice's ARGS batches at λ = 0 (greedy), per scorer kind
-    prefills: dict = field(default_factory=dict)  # the λ choice's validation batches prefilled once (RewardGuide)
+    decoded: SharedMemo = field(default_factory=SharedMemo)  # the λ choice's greedy (λ = 0) batches, per scorer kind
+    prefills: SharedMemo = field(default_factory=SharedMemo)  # the λ choice's validation batches prefilled once
     meter: WorkMeter = field(default_factory=WorkMeter)  # FLOPs of every forward of this policy's models
     _zero_shot: dict | None = None
     _shape: object = None
+
+    def __post_init__(self):
+        for memo in (self.memo, self.decoded, self.prefills):  # their computations are shared work
+            memo.meter = self.meter
 
     @property
     def shape(self):
@@ -76,7 +80,8 @@ class PolicyContext:
                        for ex in missing]
             generation = self.run.config.generation
             for batch in plan_generation(prompts, generation, self.lm.device):  # as the Zero-Shot cell batches
-                texts = generate_texts(self.lm, [prompts[i] for i in batch], generation.max_new_tokens)
+                with self.meter.shared():
+                    texts = generate_texts(self.lm, [prompts[i] for i in batch], generation.max_new_tokens)
                 self._zero_shot.update(zip([missing[i].id for i in batch], texts))
         return self._zero_shot
 

@@ -57,12 +57,17 @@ def query_examples(dataset, split) -> list[Example]:
 
 @contextmanager
 def timed(timings: dict, key: str, meter=None):
-    """Seconds of the block in timings[key]; with a WorkMeter, its metered FLOPs in timings[STAGE_flops]."""
-    start, before = time.perf_counter(), meter.flops if meter is not None else 0.0
+    """Seconds of the block in timings[key]; with a WorkMeter, its own metered FLOPs in timings[STAGE_flops] and
+    the shared work it did (memos, caches: persalign.work_meter) in timings[STAGE_shared_flops]."""
+    start = time.perf_counter()
+    before, shared = (meter.flops, meter.shared_flops) if meter is not None else (0.0, 0.0)
     yield
     timings[key] = time.perf_counter() - start
     if meter is not None:
-        timings[key.removesuffix("_s") + "_flops"] = meter.flops - before
+        stage = key.removesuffix("_s")
+        timings[stage + "_flops"] = meter.flops - before
+        if meter.shared_flops > shared:
+            timings[stage + "_shared_flops"] = meter.shared_flops - shared
 
 
 def evaluate_batch(deployment, generate: bool, batch: list[Example], index: int, meter=None):
@@ -222,6 +227,14 @@ def counted_work(rows: list[dict], ctx) -> dict | None:
     return {**work, "models": models}
 
 
+def stage_flops(timings: list[dict]) -> dict:
+    """The cell's own metered FLOPs per stage (the same in a resumed run) and the shared work it did."""
+    def total(suffix: str, skip: str | None = None) -> dict:
+        keys = sorted({k for t in timings for k in t if k.endswith(suffix) and not (skip and k.endswith(skip))})
+        return {key: float(np.sum([t.get(key, 0.0) for t in timings])) for key in keys}
+    return {"stage_flops": total("_flops", skip="_shared_flops"), "stage_shared_flops": total("_shared_flops")}
+
+
 def cell_metrics(deployment, ctx, rows: list[dict]) -> dict:
     run, planned = ctx.run, ctx.planned
     columns = [c for metric in run.metrics for c in metric.columns] + list(deployment.extra_columns)
@@ -234,8 +247,7 @@ def cell_metrics(deployment, ctx, rows: list[dict]) -> dict:
         "seed_dependent": properties.seed_dependent, "deployment": {"name": planned.decoder, **properties.as_dict()},
         **summarize(rows, columns),
         "stage_seconds": {key: float(np.sum([t.get(key, 0.0) for t in timings])) for key in stage_keys},
-        "stage_flops": {key: float(np.sum([t.get(key, 0.0) for t in timings]))
-                        for key in sorted({k for t in timings for k in t if k.endswith("_flops")})},
+        **stage_flops(timings),
         "counted_work": counted_work(rows, ctx),
         "peak_memory_mib": peak_memory_mib(),
         "settings": {"decoder_name": planned.decoder, "decoder_index": planned.decoder_index,

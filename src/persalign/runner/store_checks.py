@@ -16,7 +16,7 @@ METRICS_FIELDS = {"policy": str, "decoder": str, "seed": int, "examples": int}
 OBJECT_OR_NULL = (dict, type(None))
 METRICS_OTHER_KINDS = {"decoder_name": str, "decoder_index": int, "seed_dependent": bool, "deployment": OBJECT_OR_NULL,
                        "settings": OBJECT_OR_NULL, "counted_work": OBJECT_OR_NULL, "stage_seconds": OBJECT_OR_NULL,
-                       "stage_flops": OBJECT_OR_NULL}
+                       "stage_flops": OBJECT_OR_NULL, "stage_shared_flops": OBJECT_OR_NULL}
 
 
 def metrics_problem(metrics) -> str | None:
@@ -29,7 +29,7 @@ def metrics_problem(metrics) -> str | None:
         if key not in METRICS_FIELDS and key not in METRICS_OTHER_KINDS and \
                 (isinstance(value, bool) or not isinstance(value, (int, float, type(None)))):
             return f"{key!r} is {value!r:.40}, not a number"
-    for key in ("stage_seconds", "stage_flops"):
+    for key in ("stage_seconds", "stage_flops", "stage_shared_flops"):
         stages = metrics.get(key) or {}
         if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in stages.values()):
             return f"{key!r} holds a value that is not a number"

@@ -150,6 +150,7 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
                                         frozen=getattr(method_cls, "pretrained", False))
     meter, work = ctx.policy.meter, {}
     meter.watch(backbone.lm.model)
+    backbone.meter = meter
     where = trained_dir(run.store, planned)
     saved = _load_saved(method_cls, where)
     if saved is not None:
@@ -159,10 +160,10 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
         method = method_cls(backbone.hidden_size, settings)
         train, val, support = training_pairs(run, formatter)
         start = time.perf_counter()
-        with meter.measure(work, "features_flops"):
+        with meter.measure(work, "features_flops", with_shared=True):  # the pass fills the shared cache
             precompute_features(method, backbone, train, val)
         features_s = time.perf_counter() - start
-        with meter.measure(work, "training_flops"):  # fit and adaptation, with the support features
+        with meter.measure(work, "training_flops", with_shared=True):  # fit, adaptation, support features
             fit_log, timing = fit_and_adapt(method, backbone, train, val, support)
         info = {"features_s": features_s, "init": getattr(method, "init_note", None), **timing, **work}
         if backbone.trainable:  # the adapter before head.json, which marks the model complete
