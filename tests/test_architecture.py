@@ -16,7 +16,7 @@ LAYERS = [
     {"models", "scoring", "decoding", "prefix_cache", "model_checks", "metrics", "data"},
     {"rewards", "cost", "work_meter"},
     {"decoders"},
-    {"runner", "machine_rates"},
+    {"runner", "machine_rates", "counted_plan"},
     {"analysis"},
     {"report", "planning", "planning_power"},
     {"study", "cli", "cli_parser"},

@@ -7,8 +7,6 @@ provide a cell's trained component, run one cell. `runner/run.py` (local) and `r
 
 from __future__ import annotations
 
-import time
-from collections import Counter, defaultdict
 from pathlib import Path
 
 from persalign.batching import fixed_groups
@@ -31,36 +29,6 @@ from persalign.runner.plan import PlannedCell, check_methods, plan
 from persalign.runner.store import RunStore, check_distinct_dirs
 from persalign.runner.trained import RewardBackbones, trained_policy_method, trained_reward
 from persalign.user_needs import shortfall_line
-
-
-class Progress:
-    """Cells done out of the whole sweep, with an ETA. Given the kinds of the cells to run (local runs), the ETA
-    adds, per kind, the mean time of that kind's cells so far, and counts the cells of kinds not timed yet
-    instead of guessing them (zero-shot's seconds say nothing of an ARGS cell's: it once promised 47 min for
-    reward cells whose feature pass alone took longer). Without kinds (Ray: cells overlap) the mean cell time."""
-
-    def __init__(self, total: int, already_done: int, log, kinds: list[str] | None = None):
-        self.total, self.done, self.log = total, already_done, log
-        self.started, self.run_now, self.last = time.perf_counter(), 0, time.perf_counter()
-        self.remaining, self.seconds = Counter(kinds or []), defaultdict(list)
-
-    def tick(self, what: str, kind: str | None = None) -> None:
-        now = time.perf_counter()
-        self.done, self.run_now = self.done + 1, self.run_now + 1
-        elapsed = now - self.started
-        if kind is None or not self.remaining:
-            eta = f"ETA {elapsed / self.run_now * (self.total - self.done) / 60:.1f} min (mean cell time so far)"
-        else:
-            self.remaining[kind] -= 1
-            self.seconds[kind].append(now - self.last)
-            timed = sum(n * sum(self.seconds[k]) / len(self.seconds[k]) for k, n in self.remaining.items()
-                        if n > 0 and self.seconds[k])
-            untimed = {k: n for k, n in self.remaining.items() if n > 0 and not self.seconds[k]}
-            eta = f"ETA {timed / 60:.1f} min from each kind's mean cell time" + (
-                f" + {sum(untimed.values())} cells of kinds not timed yet ({', '.join(sorted(untimed))})"
-                if untimed else "")
-        self.last = now
-        self.log(f"progress {self.done}/{self.total} cells ({what}); elapsed {elapsed / 60:.1f} min, {eta}")
 
 
 def check_plan(config: RunConfig) -> None:

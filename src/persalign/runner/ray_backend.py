@@ -253,7 +253,8 @@ def _wait_all(ray, submitter: _Submitter, progress, log) -> list[str]:
 
 def run_cells_on_ray(config, out_dir, options: RayOptions, log):
     """Every cell of `config` not yet in `out_dir`, as Ray tasks; the store (the caller holds its lock)."""
-    from persalign.runner.cells import Progress, open_store
+    from persalign.runner.cells import open_store
+    from persalign.runner.eta import Progress
     from persalign.runner.provenance import peak_memory_mib
 
     started = time.perf_counter()

@@ -22,11 +22,10 @@ from persalign.config_checks import validate
 from persalign.model_checks import preflight
 from persalign.runner import provenance
 from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: also used from here by tests)
-    Progress, check_plan, load_policy, need_key, open_store, policy_context, run_context, run_planned,
-    trained_providers,
+    check_plan, load_policy, need_key, open_store, policy_context, run_context, run_planned, trained_providers,
 )
+from persalign.runner.eta import Progress, planned_work, work_line
 from persalign.runner.lock import locked
-from persalign.runner.plan import cell_kind
 from persalign.runner.store import RunStore
 
 
@@ -52,7 +51,9 @@ def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
     if not todo:
         return store
     run_ctx = run_context(config, store, log)
-    progress = Progress(len(cells), len(cells) - len(todo), log, kinds=[cell_kind(p) for p in todo])
+    work, stages = planned_work(config, run_ctx, todo)
+    log(work_line(stages))
+    progress = Progress(len(cells), len(cells) - len(todo), log, work)
     providers = trained_providers(config, store)
     for policy in config.policies:
         policy_todo = [p for p in todo if p.cell.policy == policy]
@@ -61,7 +62,7 @@ def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
             uses = Counter(need_key(p) for p in policy_todo if p.needs)
             for planned in policy_todo:
                 run_planned(planned, policy_ctx, providers)
-                progress.tick(planned.cell.decoder, cell_kind(planned))
+                progress.tick(planned.cell.decoder, planned.cell)
                 if planned.needs:  # free a trained component (a LoRA copy of a model) after its last cell
                     uses[need_key(planned)] -= 1
                     if not uses[need_key(planned)]:
