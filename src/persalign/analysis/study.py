@@ -40,10 +40,13 @@ GENERATION_METRICS = (("rouge1", "ROUGE-1"), ("rougeL", "ROUGE-L"), ("bertscore_
 ROW_COLUMNS = {"rm_accuracy": ("rm_correct", 100.0), "policy_accuracy": ("policy_correct", 100.0),
                "win_rate": ("win", 100.0), "rouge1": ("rouge1", 1.0), "rougeL": ("rougeL", 1.0),
                "bertscore_f1": ("bertscore_f1", 1.0), "rouge1_gain": ("rouge1_gain", 1.0),
-               "true_win_rate": ("true_win", 100.0), "bon_gain": ("bon_gain", 1.0)}
+               "true_win_rate": ("true_win", 100.0), "bon_gain": ("bon_gain", 1.0),
+               "judge_win_rate": ("judge_score", 100.0), "judge_user_win_rate": ("judge_user_score", 100.0),
+               "judge_rouge_agreement": ("judge_rouge_agree", 100.0),
+               "judge_position_bias": ("judge_position_bias", 100.0), "rm_score": ("rm_score", 1.0)}
 # the range of each metric (an interval never leaves it); every other metric lies in [0, 100]
 BOUNDS = {"bertscore_f1": (-100.0, 100.0), "rouge1_gain": difference_bounds(PERCENT),
-          "bon_gain": difference_bounds(PERCENT)}
+          "bon_gain": difference_bounds(PERCENT), "rm_score": (-np.inf, np.inf)}
 SWITCHED_OFF = " (λ = 0: greedy)"
 
 
@@ -206,6 +209,8 @@ class PolicyAnalysis:
     bon_quality: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs ROUGE-1 at N_max
     bon_gain: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs ROUGE-1 gain from N=1 to N_max
     switched_off: list[MethodResult] = field(default_factory=list)  # reward methods that chose λ = 0
+    bon_judged: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs the judged win rate at N_max
+    bon_rm_score: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs its own score at N_max (circular)
 
 
 def analyse_policy(policy: str, methods: list[MethodResult], seed: int = 0) -> PolicyAnalysis:
@@ -225,7 +230,9 @@ def analyse_policy(policy: str, methods: list[MethodResult], seed: int = 0) -> P
                           best_icl, best_reward, differences, cis,
                           correlation_table(bon, "rm_accuracy", "rouge1") if bon else {},
                           correlation_table(bon, "rm_accuracy", "bon_gain") if bon else {},
-                          [m for m in reward if m.switched_off])
+                          [m for m in reward if m.switched_off],
+                          correlation_table(bon, "rm_accuracy", "judge_win_rate") if bon else {},
+                          correlation_table(bon, "rm_accuracy", "rm_score") if bon else {})
 
 
 def analyse(run_dir: str | Path, seed: int = 0) -> list[PolicyAnalysis]:

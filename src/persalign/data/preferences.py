@@ -73,7 +73,7 @@ def profile_user(profile: list) -> str:
 def load_personalized_rewardbench(config: DataConfig) -> PreferenceDataset:
     """Personalized RewardBench: question + user profile, chosen/rejected by the user's rubric (never shown)."""
     path = _need_path(config, "the Personalized RewardBench JSONL")
-    comparisons, profiles, seen, anonymous = [], defaultdict(dict), UniqueIds(path), 0
+    comparisons, profiles, seen, anonymous, rubrics = [], defaultdict(dict), UniqueIds(path), 0, {}
     for where, record in iter_records(path):
         profile = record.get("profile")
         if not isinstance(profile, list):
@@ -90,6 +90,9 @@ def load_personalized_rewardbench(config: DataConfig) -> PreferenceDataset:
             profiles[user][item_id] = UserItem(item_id, user, "", text)
         pair_id = record_id(record, "id", path, where) or f"prb:{where}"
         seen.add(pair_id, where)
+        rubric = rubric_text(record.get("rubric_aspects"))
+        if rubric:
+            rubrics[pair_id] = rubric
         comparisons.append(Comparison(
             pair_id, user, require_text(record, "question", path, where),
             require_text(record, "chosen", path, where), require_text(record, "rejected", path, where)))
@@ -99,7 +102,18 @@ def load_personalized_rewardbench(config: DataConfig) -> PreferenceDataset:
                              profiles={u: list(items.values()) for u, items in profiles.items()},
                              notes={"pairs": len(comparisons), "users": len({c.user for c in comparisons}),
                                     "users_with_profile": len(profiles),
-                                    "records_with_empty_profile_dropped": anonymous})
+                                    "records_with_empty_profile_dropped": anonymous},
+                             rubrics=rubrics)
+
+
+def rubric_text(aspects) -> str:
+    """The user's rubric as the judge reads it: aspects one a line (text, or each mapping's values)."""
+    if isinstance(aspects, str):
+        return aspects.strip()
+    if not isinstance(aspects, list):
+        return ""
+    lines = [" — ".join(str(v) for v in a.values()) if isinstance(a, dict) else str(a) for a in aspects]
+    return "\n".join(f"- {line}" for line in lines if line.strip())
 
 
 @register_dataset("preferences_jsonl")

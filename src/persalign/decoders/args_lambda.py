@@ -70,7 +70,7 @@ def choose_lambda(ctx, trained) -> dict:
     batch_size = generation.batch_size
     grid, rule = list(args_config.lambdas), args_config.selection
     if rule == "auto":
-        rule = "harmonic" if run.generates else "policy_accuracy"
+        rule = "harmonic" if run.has_references else "policy_accuracy"
     if rule == "fixed":
         return {"lambda": args_config.fixed_lambda, "rule": "fixed", "curve": {}}
     val, val_ids = validation_pairs(run.dataset, run.split, policy.formatter,

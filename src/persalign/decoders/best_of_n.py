@@ -66,6 +66,7 @@ class BestOfN(TrainedDeployment):
             for size in self.ns:
                 pick = picks[size][i]
                 row[f"rm_score@{size}"] = float(rewards[i, pick])
+                row[f"generation@{size}"] = record["samples"][pick]  # what a judge reads at this N
                 row.update({f"{column}@{size}": value for column, value in record["scores"][pick].items()})
             top = picks[n][i]
             row["rm_score"] = float(rewards[i, top])
@@ -86,8 +87,10 @@ class BestOfN(TrainedDeployment):
                 **self.training_settings()}
 
     def finish(self, metrics: dict, rows: list[dict]) -> dict:
-        """The quality-vs-N curves (ROUGE-1, BERTScore-F1, RM score) in the cell's metrics.json."""
-        metrics["settings"]["curves"] = {c: bon_curve(rows, self.ns, c) for c in ("rouge1", "bertscore_f1", "rm_score")}
+        """The quality-vs-N curves (ROUGE-1, BERTScore-F1, RM score, judged score) in the cell's metrics.json."""
+        curves = {c: bon_curve(rows, self.ns, c) for c in ("rouge1", "bertscore_f1", "rm_score")}
+        curves["judge_win_rate"] = {n: 100 * v for n, v in bon_curve(rows, self.ns, "judge_score").items()}
+        metrics["settings"]["curves"] = curves
         return metrics
 
     def summary_line(self, metrics: dict) -> str:

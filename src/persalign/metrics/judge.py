@@ -46,6 +46,7 @@ class JudgeTally:
     position_bias: int = 0  # both orders named the same position (counted as a tie as well)
     invalid: int = 0  # at least one of the two answers could not be parsed (not a tie)
     outcomes: list = field(default_factory=list)  # per item: "win", "loss", "tie" or None (invalid)
+    biased: list = field(default_factory=list)  # per item: whether both orders named the same position
 
     @property
     def judged(self) -> int:
@@ -86,6 +87,7 @@ def judge_pairs(generate: Generator, contexts: list[str], queries: list[str], ca
     for first, second in zip(answers[:n], answers[n:]):
         outcome, biased = _outcome(first, second)
         tally.outcomes.append(outcome)
+        tally.biased.append(biased)
         tally.position_bias += biased
         counter = TALLY_FIELDS.get(outcome, "invalid")
         setattr(tally, counter, getattr(tally, counter) + 1)
@@ -107,23 +109,35 @@ def majority(tallies: list[JudgeTally]) -> list[str | None]:
     return combined
 
 
-def lm_judge(lm, max_new_tokens: int = 4) -> Generator:
+class LMJudge:
     """A causal LM (persalign.models.loading.load_causal_lm) as the judge, through the one generation engine:
-    greedy, its chat template applied where it has one."""
-    from persalign.decoding import generate_texts
+    greedy, its chat template applied where it has one. `tokens` holds (prompt tokens, answer tokens) of each
+    prompt of the last call, for its counted work."""
 
-    tokenizer = lm.tokenizer
+    def __init__(self, lm, max_new_tokens: int = 4):
+        self.lm, self.max_new_tokens = lm, max_new_tokens
+        self.tokens: list[tuple[int, int]] = []
 
-    def generate(prompts: list[str]) -> list[str]:
+    def _ids(self, prompt: str) -> list[int]:
+        tokenizer = self.lm.tokenizer
         if getattr(tokenizer, "chat_template", None):
-            ids = [tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True,
-                                                 tokenize=True) for p in prompts]
-            ids = [i["input_ids"] if hasattr(i, "keys") else i for i in ids]  # a BatchEncoding in newer versions
-        else:
-            ids = [tokenizer(p + "\nAnswer:")["input_ids"] for p in prompts]
-        return generate_texts(lm, [list(i) for i in ids], max_new_tokens)
+            ids = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                tokenize=True)
+            return list(ids["input_ids"] if hasattr(ids, "keys") else ids)  # a BatchEncoding in newer versions
+        return list(tokenizer(prompt + "\nAnswer:")["input_ids"])
 
-    return generate
+    def __call__(self, prompts: list[str]) -> list[str]:
+        from persalign.decoding import clean_generation, decode, greedy
+
+        ids = [self._ids(p) for p in prompts]
+        answers = decode(self.lm, ids, greedy, self.max_new_tokens)
+        self.tokens = [(len(i), len(a)) for i, a in zip(ids, answers)]
+        return [clean_generation(self.lm.tokenizer, a) for a in answers]
+
+
+def lm_judge(lm, max_new_tokens: int = 4) -> Generator:
+    """`LMJudge` of a loaded causal LM."""
+    return LMJudge(lm, max_new_tokens)
 
 
 def endpoint_judge(base_url: str, model: str, api_key: str = "none", max_tokens: int = 4) -> Generator:

@@ -205,22 +205,30 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
 
 
 def best_of_n_table(analysis: PolicyAnalysis, curves: dict[str, dict]) -> str:
-    """Quality vs N per method (from the cells' stored curves) and RM accuracy vs Best-of-N quality."""
+    """Quality vs N per method (from the cells' stored curves) and RM accuracy vs Best-of-N quality: by ROUGE-1
+    against the user's text, by the judge, and by the RM's own score (circular: it chose the samples)."""
     methods = [m for m in analysis.methods if m.reranks_samples]
     ns = sorted({int(n) for label in curves for c in curves[label].values() for n in c})
-    header = ["Method", "RM Acc"] + [f"ROUGE-1 @N={n}" for n in ns] + [f"RM score @N={n}" for n in ns]
+    shown = [(name, title) for name, title in (("rouge1", "ROUGE-1"), ("judge_win_rate", "Judged win %"),
+                                               ("rm_score", "RM score"))
+             if any(curves.get(m.label, {}).get(name) for m in methods)]
+    header = ["Method", "RM Acc"] + [f"{title} @N={n}" for _, title in shown for n in ns]
     rows = []
     for m in methods:
         curve = curves.get(m.label, {})
         cell = lambda name, n: (f"{curve[name][str(n)]:.2f}" if str(n) in curve.get(name, {})  # noqa: E731
                                 and curve[name][str(n)] == curve[name][str(n)] else "-")
         rows.append([m.label, with_ci(analysis.cis.get(m.label, {}).get("rm_accuracy"))]
-                    + [cell("rouge1", n) for n in ns] + [cell("rm_score", n) for n in ns])
+                    + [cell(name, n) for name, _ in shown for n in ns])
+    correlations = (("RM Acc vs ROUGE-1 @N_max", analysis.bon_quality),
+                    ("RM Acc vs ROUGE-1 gain (N_max vs 1)", analysis.bon_gain),
+                    ("RM Acc vs judged win rate @N_max", analysis.bon_judged),
+                    ("RM Acc vs its own RM score @N_max (circular)", analysis.bon_rm_score))
     for statistic, symbol in SYMBOLS.items():
-        rows.append([f"{symbol}: RM Acc vs ROUGE-1 @N_max", correlation_cell(analysis.bon_quality.get(statistic))]
-                    + [""] * (2 * len(ns)))
-        rows.append([f"{symbol}: RM Acc vs ROUGE-1 gain (N_max vs 1)",
-                     correlation_cell(analysis.bon_gain.get(statistic))] + [""] * (2 * len(ns)))
+        for title, table in correlations:
+            if table and any(v is not None for v in table.values()):
+                rows.append([f"{symbol}: {title}", correlation_cell(table.get(statistic))]
+                            + [""] * (len(shown) * len(ns)))
     return _table(header, rows)
 
 

@@ -25,6 +25,7 @@ from persalign.registry import DECODERS, METRICS
 from persalign.runner import provenance
 from persalign.runner.context import CellContext, PolicyContext, RunContext
 from persalign.runner.evaluate import query_examples, run_cell
+from persalign.runner.judging import load_judges
 from persalign.runner.plan import PlannedCell, check_methods, plan
 from persalign.runner.store import RunStore, check_distinct_dirs
 from persalign.runner.trained import RewardBackbones, trained_policy_method, trained_reward
@@ -84,8 +85,9 @@ def run_context(config: RunConfig, store: RunStore, log) -> RunContext:
         log(shortfall)
     metrics = [METRICS.get(name)(config.metrics, config.cache_dir) for name in config.metrics.names]
     rouge = next((m for m in metrics if isinstance(m, RougeMetric)), None) or RougeMetric(config.metrics)
+    judges = load_judges(config, config.device, config.dtype, config.cache_dir)
     return RunContext(config, store, dataset, split, examples, EvalContext(dataset, split, embedder), metrics,
-                      rouge, log)
+                      rouge, log, judges)
 
 
 def load_policy(config: RunConfig, policy: str):

@@ -36,11 +36,17 @@ class RunContext:
     metrics: list  # generation metrics (objects with .score, .columns, .settings)
     rouge: object  # the ROUGE metric the λ rule needs, even where ROUGE is not reported
     log: Callable[[str], None] = print
+    judges: object = None  # runner.judging.Judges where the config names a judge
+
+    @property
+    def has_references(self) -> bool:
+        """Only data with the users' own outputs has a reference to score a generation against."""
+        return bool(self.dataset.completions)
 
     @property
     def generates(self) -> bool:
-        """Only data with the users' own outputs has a reference to score a generation against."""
-        return bool(self.dataset.completions)
+        """Deployments generate where a reference scores the output or a judge reads it."""
+        return self.has_references or self.judges is not None
 
     def metric_settings(self) -> dict:
         return {k: v for m in self.metrics for k, v in m.settings().items()}

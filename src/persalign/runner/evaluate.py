@@ -121,7 +121,7 @@ def score_finished_cell(run, rows: list[dict]) -> tuple[list[dict], dict]:
     columns, timings = [c for metric in run.metrics for c in metric.columns], {"batch": "metrics"}
     todo = [r for r in rows if r.get("generation") is not None and not all(c in r for c in columns)]
     with timed(timings, "metrics_s"):
-        for group in fixed_groups(todo if run.generates else []):
+        for group in fixed_groups(todo if run.has_references else []):
             scores = score_generations(run.metrics, [r["generation"] for r in group], [r["reference"] for r in group])
             for row, score in zip(group, scores):
                 row.update(score)
@@ -152,6 +152,9 @@ RATE_COLUMNS = {
     "policy_correct": "policy_accuracy", "policy_tie": "policy_ties",
     "rm_correct": "rm_accuracy", "rm_tie": "rm_ties",
     "win": "win_rate", "win_tie": "win_ties",
+    "judge_score": "judge_win_rate", "judge_user_score": "judge_user_win_rate",
+    "judge_position_bias": "judge_position_bias", "judge_rouge_agree": "judge_rouge_agreement",
+    "judge_invalid": "judge_invalid",
 }
 
 
@@ -160,7 +163,7 @@ def summarize(rows: list[dict], score_columns: list[str]) -> dict:
     summary = {column: user_macro_mean(rows, column) for column in score_columns
                if any(r.get(column) is not None for r in rows)}  # pair-only data: no generation scores
     for column, name in RATE_COLUMNS.items():
-        if rows and column in rows[0]:
+        if any(column in row for row in rows):  # the judge's agreement with ROUGE exists on some rows only
             summary[name] = 100 * user_macro_mean(rows, column)
     if rows and "s_chosen" in rows[0]:
         pooled = ranking_accuracy([r["s_chosen"] for r in rows], [r["s_rejected"] for r in rows])
@@ -190,6 +193,11 @@ def run_cell(deployment, ctx) -> dict:
         run.store.append(cell, "rows.jsonl", rows)  # rows first: timings never outlive their rows
         run.store.append(cell, "timings.jsonl", [timings])
     rows, timings = score_finished_cell(run, in_example_order(run.store.read_rows(cell), run.examples))
+    if run.judges is not None:
+        from persalign.runner.judging import judge_finished_cell  # the judge's step reads this module's timer
+
+        rows, judge_timings = judge_finished_cell(deployment, ctx, rows)
+        timings.update({k: v for k, v in judge_timings.items() if k != "batch"})
     run.store.rewrite_rows(cell, rows)  # in the examples' order: the stored rows do not depend on the batching
     run.store.append(cell, "timings.jsonl", [timings])
     metrics = deployment.finish(cell_metrics(deployment, ctx, rows), rows)
