@@ -50,13 +50,13 @@ def cell_rows(store, metrics):
 def test_rewardbench_is_judged_with_the_rubric_and_best_of_n_gets_both_correlations(tmp_path, cache_dir,
                                                                                       scripted_judge):
     config = load_config(str(CONFIGS / "personalized_rewardbench.yaml"), TINY + rewardbench(tmp_path / "d") + [
-        "seeds=[0]", "judge.models=[scripted]", "decoders=[{name: zero_shot}]", "best_of_n.enabled=true",
-        "best_of_n.ns=[1, 2]", "methods=[{name: global_rm}, {name: lore}]", "reward.epochs=1", "args.lambdas=[0]"])
+        "seeds=[0]", "judge.models=[scripted]", "decoders=[{name: zero_shot}]", "best_of_n.ns=[1, 2]",
+        "reward.epochs=1", "args.lambdas=[0]", "rl.steps=1", "rl.generations=2"])  # the shipped legs, made small
     store = run(config, tmp_path / "run", log=lambda *_: None)
     assert any("SECRET" in p for p in scripted_judge.prompts)  # the rubric reaches the judge ...
     cells = {m["decoder"]: m for m in store.all_metrics()}
     zero = {r["id"]: r["generation"] for r in cell_rows(store, cells["Zero-Shot"])}
-    for label in ("Global RM", "Global RM (Best-of-N)", "LoRE (Best-of-N)"):
+    for label in ("Global RM", "Global RM (Best-of-N)", "LoRE (Best-of-N)", "PAL (RL)"):
         rows = cell_rows(store, cells[label])
         assert all("SECRET" not in json.dumps({k: v for k, v in r.items() if not k.startswith("judge")})
                    for r in rows)  # ... and nothing a reward model or the policy reads
@@ -70,8 +70,10 @@ def test_rewardbench_is_judged_with_the_rubric_and_best_of_n_gets_both_correlati
     curves = cells["LoRE (Best-of-N)"]["settings"]["curves"]
     assert set(curves["judge_win_rate"]) == {"1", "2"} and curves["rm_score"]
     report = build_report(store.root)
-    assert "RM Acc vs judged win rate @N_max" in report and "RM Acc vs its own RM score @N_max (circular)" in report
-    assert "## Judged by an LLM that knows the user" in report
+    for title in ("RM Acc vs judged win rate @N_max", "RM Acc vs its own RM score @N_max (circular)",
+                  "RM Acc vs judged win rate (RL)"):  # three methods: each correlation a number or its reason
+        assert re.search(rf"\| Kendall τ: {re.escape(title)} \| ([+-]\d\.\d\d|n/a \()", report), title
+    assert "## Judged by an LLM that knows the user" in report and "## RL leg" in report
 
 
 def test_writing_data_is_judged_against_the_users_text_and_checked_against_rouge(tmp_path, cache_dir,

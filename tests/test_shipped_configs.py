@@ -61,8 +61,13 @@ def rewardbench(folder: Path) -> list[str]:
     return [f"data.path={write_jsonl(folder / 'prb.jsonl', records)}", "split.adapt_fraction=0.35"]
 
 
+def rewardbench_baselines(folder: Path) -> list[str]:
+    """The shipped config's reward-free deployments (its methods, Best-of-N, RL and judge: tests/test_judge_runs.py)."""
+    return rewardbench(folder) + ["methods=[]", "judge.models=[]"]
+
+
 @pytest.mark.parametrize("config,make", [("prism.yaml", prism), ("tldr.yaml", tldr),
-                                         ("personalized_rewardbench.yaml", rewardbench)])
+                                         ("personalized_rewardbench.yaml", rewardbench_baselines)])
 def test_a_shipped_pair_only_config_runs_every_default_decoder(config, make, tmp_path, cache_dir):
     overrides = make(tmp_path / "data")
     store = run(load_config(str(CONFIGS / config), TINY + overrides), tmp_path / "run", log=lambda *_: None)

@@ -162,6 +162,21 @@ def _cmd_list(args) -> None:
             print(f"  {name:<24} BROKEN PLUGIN: {reason}")
         if not registry.names():
             print("  (none yet)")
+    print(config_sections())
+
+
+def config_sections() -> str:
+    """The judge and the RL leg are run settings, not registered parts: their sections and defaults."""
+    import dataclasses
+
+    from persalign.config import JudgeConfig, RLConfig
+
+    lines = []
+    for key, cls, what in (("judge", JudgeConfig, "pairwise LLM judge of every generation (off until models is set)"),
+                           ("rl", RLConfig, "RL leg: METHOD (RL) cells, GRPO through TRL with LoRA (rl.enabled)")):
+        fields = ", ".join(f"{f.name}={getattr(cls(), f.name)!r}" for f in dataclasses.fields(cls))
+        lines.append(f"  {key:<24} {what}; settings: {fields}")
+    return "run settings (config sections):\n" + "\n".join(lines)
 
 
 def out_of_memory(error: BaseException) -> str:

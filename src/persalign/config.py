@@ -134,13 +134,27 @@ class BestOfNConfig:
 
 
 @dataclass
+class RLConfig:
+    """The RL leg (decoders/rl.py): the policy tuned with each reward model by TRL's GRPO, LoRA through PEFT."""
+
+    enabled: bool = False
+    steps: int = 8  # optimizer steps per adapter (capped: CPU; the cell's settings say so)
+    generations: int = 4  # completions sampled per prompt (GRPO's group)
+    prompts_per_step: int = 1  # prompts per optimizer step (each with its `generations` completions)
+    learning_rate: float = 1e-4
+    lora_rank: int = 8
+    lora_alpha: int = 16
+    temperature: float = 1.0
+
+
+@dataclass
 class JudgeConfig:
     """A pairwise LLM judge of generations (metrics/judge.py): off until `models` names one or more."""
 
     models: list[str] = field(default_factory=list)  # aliases, hub ids or folders (several: majority vote)
     endpoint: str | None = None  # an OpenAI-compatible base URL: `models` are then names it serves
-    context_items: int = 3  # the user's earlier texts shown to the judge where the data has no rubric
-    context_chars: int = 600  # each of them cut to this many characters
+    context_items: int = 2  # the user's earlier texts shown to the judge where the data has no rubric
+    context_chars: int = 300  # each of them cut to this many characters
     max_new_tokens: int = 4  # the answer: A, B or tie
 
 
@@ -162,6 +176,7 @@ class RunConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     args: ArgsConfig = field(default_factory=ArgsConfig)
     best_of_n: BestOfNConfig = field(default_factory=BestOfNConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     judge: JudgeConfig = field(default_factory=JudgeConfig)

@@ -43,7 +43,8 @@ ROW_COLUMNS = {"rm_accuracy": ("rm_correct", 100.0), "policy_accuracy": ("policy
                "true_win_rate": ("true_win", 100.0), "bon_gain": ("bon_gain", 1.0),
                "judge_win_rate": ("judge_score", 100.0), "judge_user_win_rate": ("judge_user_score", 100.0),
                "judge_rouge_agreement": ("judge_rouge_agree", 100.0),
-               "judge_position_bias": ("judge_position_bias", 100.0), "rm_score": ("rm_score", 1.0)}
+               "judge_position_bias": ("judge_position_bias", 100.0), "judge_invalid": ("judge_invalid", 100.0),
+               "rm_score": ("rm_score", 1.0)}
 # the range of each metric (an interval never leaves it); every other metric lies in [0, 100]
 BOUNDS = {"bertscore_f1": (-100.0, 100.0), "rouge1_gain": difference_bounds(PERCENT),
           "bon_gain": difference_bounds(PERCENT), "rm_score": (-np.inf, np.inf)}
@@ -84,11 +85,13 @@ class MethodResult:
     switched_off: bool = False  # ARGS with λ = 0 in every seed: greedy decoding, the reward unused
     decoder: str = ""  # the stored cells' name (the label may add "λ = 0: greedy")
     seed_numbers: tuple = ()
+    settings: list = field(default_factory=list)  # each seed's cell settings (the RL leg's counted work)
 
     @property
     def decodes_with_learnt_part(self) -> bool:
         """A reward method deployed by decoding (ARGS, soft prompt): the selection-crisis methods."""
-        return bool(self.properties.get("learns_from_pairs")) and not self.properties.get("reranks_samples")
+        return bool(self.properties.get("learns_from_pairs")) and not (
+            self.properties.get("reranks_samples") or self.properties.get("tunes_policy"))  # their own legs
 
     @property
     def reranks_samples(self) -> bool:
@@ -138,7 +141,8 @@ def load_results(run_dir: str | Path) -> dict[str, list[MethodResult]]:
         shown = labels[(policy, label)]
         result = MethodResult(shown, policy, properties_of(cells[0]), cells[0].get("decoder_index", 0), len(cells),
                               switched_off=shown.endswith(SWITCHED_OFF), decoder=label,
-                              seed_numbers=tuple(sorted(m["seed"] for m in cells)))
+                              seed_numbers=tuple(sorted(m["seed"] for m in cells)),
+                              settings=[m.get("settings") or {} for m in cells])
         per_seed: dict[str, list[dict[str, float]]] = defaultdict(list)
         for m in cells:
             rows = _rows_with_gain(store.read_rows(Cell(policy, label, m["seed"])), zero_shot[policy])
@@ -211,6 +215,7 @@ class PolicyAnalysis:
     switched_off: list[MethodResult] = field(default_factory=list)  # reward methods that chose λ = 0
     bon_judged: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs the judged win rate at N_max
     bon_rm_score: dict = field(default_factory=dict)  # Best-of-N: RM accuracy vs its own score at N_max (circular)
+    rl_quality: dict = field(default_factory=dict)  # the RL leg: RM accuracy vs {ROUGE-1, judged win rate}
 
 
 def analyse_policy(policy: str, methods: list[MethodResult], seed: int = 0) -> PolicyAnalysis:
@@ -225,6 +230,7 @@ def analyse_policy(policy: str, methods: list[MethodResult], seed: int = 0) -> P
     cis = {m.label: {metric: mean_interval(list(values.values()), BOUNDS.get(metric, PERCENT))
                      for metric, values in m.user_means.items() if values} for m in methods}
     bon = [m for m in methods if m.reranks_samples]
+    rl = [m for m in methods if m.properties.get("tunes_policy")]
     return PolicyAnalysis(policy, methods, correlation_table(reward, "rm_accuracy", "policy_accuracy"),
                           vs_rouge, correlation_table(reward, "win_rate", "rouge1_gain"),
                           best_icl, best_reward, differences, cis,
@@ -232,7 +238,8 @@ def analyse_policy(policy: str, methods: list[MethodResult], seed: int = 0) -> P
                           correlation_table(bon, "rm_accuracy", "bon_gain") if bon else {},
                           [m for m in reward if m.switched_off],
                           correlation_table(bon, "rm_accuracy", "judge_win_rate") if bon else {},
-                          correlation_table(bon, "rm_accuracy", "rm_score") if bon else {})
+                          correlation_table(bon, "rm_accuracy", "rm_score") if bon else {},
+                          {y: correlation_table(rl, "rm_accuracy", y) for y in ("rouge1", "judge_win_rate")} if rl else {})
 
 
 def analyse(run_dir: str | Path, seed: int = 0) -> list[PolicyAnalysis]:

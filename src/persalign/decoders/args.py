@@ -111,17 +111,7 @@ class ArgsDeployment(TrainedDeployment):
         return PairScores(policy=(s[:n], s[n:]), reward=(seq[:n], seq[n:]), columns=columns)
 
     def _add_win_rate(self, batch: PreparedBatch, generated: Generated, columns: list[dict]) -> None:
-        """The RM's own verdict: does it prefer the ARGS output to the zero-shot output on the same prompt?"""
-        zero_shot_outputs = self.ctx.policy.zero_shot_outputs()
-        zero_shot = [zero_shot_outputs[ex.id] for ex in batch.examples]
-        texts = [self.formatter.response_ids(t) for t in generated.texts + zero_shot]
-        n = len(batch.examples)
-        scores = whole_response_rewards(self.trained.method, self.trained.backbone, batch.users * 2, batch.prompts * 2,
-                                        texts)
-        for i in range(n):
-            win = pair_outcome(scores[i], scores[n + i])
-            columns[i].update({"zero_shot_generation": zero_shot[i], "rm_generation": float(scores[i]),
-                               "rm_zero_shot": float(scores[n + i]), "win": win["correct"], "win_tie": win["tie"]})
+        add_own_rm_win_rate(self.ctx, self.trained, batch, generated.texts, columns)
 
     def settings(self) -> dict:
         ties = getattr(self.trained.method, "truncation_ties", None)  # a text-level RM that cut its inputs
@@ -133,3 +123,15 @@ class ArgsDeployment(TrainedDeployment):
     def summary_line(self, metrics: dict) -> str:
         return f"λ={self.lam} ({self.choice['rule']}), " + super().summary_line(metrics)
 
+
+def add_own_rm_win_rate(ctx, trained, batch: PreparedBatch, texts: list[str], columns: list[dict]) -> None:
+    """The RM's own verdict: does it prefer the deployment's output to zero-shot's on the same prompt? (ARGS, RL)"""
+    zero_shot_outputs = ctx.policy.zero_shot_outputs()
+    zero_shot = [zero_shot_outputs[ex.id] for ex in batch.examples]
+    responses = [ctx.policy.formatter.response_ids(t) for t in texts + zero_shot]
+    n = len(batch.examples)
+    scores = whole_response_rewards(trained.method, trained.backbone, batch.users * 2, batch.prompts * 2, responses)
+    for i in range(n):
+        win = pair_outcome(scores[i], scores[n + i])
+        columns[i].update({"zero_shot_generation": zero_shot[i], "rm_generation": float(scores[i]),
+                           "rm_zero_shot": float(scores[n + i]), "win": win["correct"], "win_tie": win["tie"]})

@@ -36,6 +36,7 @@ class DeploymentProperties:
     reranks_samples: bool = False  # picks among sampled outputs (Best-of-N) instead of guiding decoding
     needs: str | None = None  # what the planner must provide: None, "reward_model" or "policy_method"
     compares_with_reference: bool = False  # reads the reference baseline's outputs (the win rate)
+    tunes_policy: bool = False  # the policy's weights are tuned with the reward model (the RL leg)
 
     def as_dict(self) -> dict:
         return asdict(self)

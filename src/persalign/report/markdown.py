@@ -16,7 +16,7 @@ from persalign.analysis.study import analyse, display_labels
 from persalign.decoders.base import properties_of
 from persalign.report.closing import sample_generations, what_next
 from persalign.report.results import write_results
-from persalign.report.judge_section import judge_sections
+from persalign.report.downstream import judge_sections
 from persalign.report.study_sections import study_sections
 from persalign.report.verdict import verdict_section
 from persalign.runner.store import RunStore

@@ -54,7 +54,7 @@ class HFRewardModel(nn.Module):
 
     name, display, personalized = "hf_rm", "HF RM", False
     Settings = HFRewardSettings
-    deployments = ("args", "best_of_n")
+    deployments = ("args", "best_of_n", "rl")
     pretrained = True  # nothing to fit: the runner skips feature caching and training
     text_level = True  # ARGS scores candidates as text (`candidate_rewards`), not on the policy's states
     token_level = False

@@ -86,7 +86,7 @@ class RewardMethod(nn.Module):
     display = "Base"
     personalized = False
     Settings = MethodSettings  # a method's own subclass, in its file, adds fields and changes defaults
-    deployments = ("args", "best_of_n")  # decoders that can deploy it (the config switches each on or off)
+    deployments = ("args", "best_of_n", "rl")  # decoders that can deploy it (the config switches each on or off)
 
     def __init__(self, hidden_size: int, settings: MethodSettings):
         super().__init__()

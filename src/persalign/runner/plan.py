@@ -95,10 +95,12 @@ def method_cells(config: RunConfig, policy: str) -> list[PlannedCell]:
 
 
 def cell_kind(planned: PlannedCell) -> str:
-    """What kind of work a cell is (its cost differs by kind): best_of_n, args, soft_prompt, icl or zero_shot."""
+    """What kind of work a cell is (its cost differs by kind): best_of_n, rl, args, soft_prompt, icl or zero_shot."""
     properties = planned.properties
     if properties.reranks_samples:
         return "best_of_n"
+    if properties.tunes_policy:
+        return "rl"
     if properties.needs == "reward_model":
         return "args"
     if properties.needs == "policy_method":
