@@ -83,6 +83,10 @@ CASES = {  # name: (make the overrides, the message; before the fix)
                     "NaN RM: "),  # RM accuracy, policy accuracy and win rate 0.00, exit 0
     "hf_rm with corrupt weights": (lambda tmp, mp: _corrupt_reward_model(tmp),
                                    "SafetensorError"),  # traceback
+    "judge model not found": (lambda tmp, mp: ["judge.models=[no-such-judge]"],
+                              "judge.models: could not load causal LM 'no-such-judge'"),  # issue #41: new
+    "judge endpoint unreachable": (lambda tmp, mp: ["judge.endpoint=http://127.0.0.1:9/v1", "judge.models=[x]"],
+                                   "judge.endpoint http://127.0.0.1:9/v1: APIConnectionError"),  # traceback
 }
 
 

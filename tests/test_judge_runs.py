@@ -13,7 +13,7 @@ from persalign.config import load_config
 from persalign.report.markdown import build_report
 from persalign.runner import judging
 from persalign.runner.run import run
-from persalign.runner.store import Cell, RunStore
+from persalign.runner.store import Cell
 from tests.test_runner import TINY
 from tests.test_shipped_configs import CONFIGS, rewardbench
 

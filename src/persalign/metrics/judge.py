@@ -141,18 +141,29 @@ def lm_judge(lm, max_new_tokens: int = 4) -> Generator:
 
 
 def endpoint_judge(base_url: str, model: str, api_key: str = "none", max_tokens: int = 4) -> Generator:
-    """A model served behind an OpenAI-compatible endpoint (vLLM, llama.cpp's server, …) as the judge."""
-    try:
-        from openai import OpenAI
-    except ImportError:
-        from persalign.errors import ConfigError
+    """A model served behind an OpenAI-compatible endpoint (vLLM, `transformers serve`, …) as the judge.
+    The endpoint is asked for its models first: one that cannot be reached or does not serve `model` is
+    refused in one line before any cell is judged."""
+    from persalign.errors import ConfigError
 
+    try:
+        import openai
+    except ImportError:
         raise ConfigError("an endpoint judge needs the openai client: pip install openai") from None
-    client = OpenAI(base_url=base_url, api_key=api_key)
+    client = openai.OpenAI(base_url=base_url, api_key=api_key)
+    try:
+        client.models.list()
+    except openai.OpenAIError as error:
+        raise ConfigError(f"judge.endpoint {base_url}: {type(error).__name__}: {error}; start the server or fix "
+                          "the URL (judge.endpoint=http://HOST:PORT/v1)") from None
 
     def generate(prompts: list[str]) -> list[str]:
-        return [client.chat.completions.create(model=model, messages=[{"role": "user", "content": p}],
-                                               temperature=0, max_tokens=max_tokens).choices[0].message.content or ""
-                for p in prompts]
+        try:
+            return [client.chat.completions.create(model=model, messages=[{"role": "user", "content": p}],
+                                                   temperature=0, max_tokens=max_tokens).choices[0].message.content
+                    or "" for p in prompts]
+        except openai.OpenAIError as error:
+            raise ConfigError(f"judge.endpoint {base_url} ({model}): {type(error).__name__}: {error}; finished "
+                              "cells are kept, re-run the same command to resume") from None
 
     return generate

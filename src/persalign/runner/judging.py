@@ -40,15 +40,23 @@ class Judges:
 
 def load_judges(config, device: str, dtype: str, cache_dir) -> Judges | None:
     """The configured judges (None: judging is off)."""
-    from persalign.models.loading import load_causal_lm
-
     judge = config.judge
     if not judge.models:
         return None
     if judge.endpoint:
         return Judges(judge, [endpoint_judge(judge.endpoint, m, max_tokens=judge.max_new_tokens) for m in judge.models])
-    return Judges(judge, [LMJudge(load_causal_lm(m, device, dtype, cache_dir), judge.max_new_tokens)
+    return Judges(judge, [LMJudge(_judge_model(m, device, dtype, cache_dir), judge.max_new_tokens)
                           for m in judge.models])
+
+
+def _judge_model(name: str, device: str, dtype: str, cache_dir):
+    from persalign.errors import ModelLoadError
+    from persalign.models.loading import load_causal_lm
+
+    try:
+        return load_causal_lm(name, device, dtype, cache_dir)
+    except ModelLoadError as error:
+        raise ModelLoadError(f"judge.models: {error}") from None
 
 
 def user_context(run, row: dict) -> str:
