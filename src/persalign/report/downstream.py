@@ -51,24 +51,22 @@ def per_user_rl(method) -> str:
     return f"{sum(flops) / len(flops) / 1e12:.3g}" if flops else "-"
 
 
-def judge_sections(analyses: list[PolicyAnalysis]) -> list[str]:
+RL_NOTE = ("GRPO through TRL with a LoRA adapter: one adapter per adaptation user for a personalized reward model "
+           "(tuned on that user's support prompts), one for every user for a global one; steps capped as the cells' "
+           "settings say. RL TFLOP per new user is counted work (sampling, forward + backward, the RM's reads); a "
+           "global RM's one adapter costs no new user anything.")
+JUDGE_NOTE = ("Win % counts a tie as half; both orders are asked and a pair whose two answers name the same position "
+              "is position bias (a tie); unparseable answers are left out of the win rate and counted apart. The "
+              "judge is not the reward model that guided the output, so this win rate is not circular; how far to "
+              "trust it at this judge's size is the ROUGE-1 agreement.")
+
+
+def downstream_sections(analyses: list[PolicyAnalysis]) -> list[str]:
+    """The RL leg's and the judge's sections, per policy model, where the run has them."""
     parts = []
-    for a in analyses:
-        table = rl_table(a)
-        if table:
-            parts += ["", f"## RL leg: the policy tuned with each reward model ({a.policy})", "",
-                      "GRPO through TRL with a LoRA adapter: one adapter per adaptation user for a personalized "
-                      "reward model (tuned on that user's support prompts), one for every user for a global one; "
-                      "steps capped as the cells' settings say. RL TFLOP per new user is counted work (sampling, "
-                      "forward + backward, the RM's reads); a global RM's one adapter costs no new user anything.",
-                      "", table]
-    for a in analyses:
-        table = judge_table(a)
-        if table:
-            parts += ["", f"## Judged by an LLM that knows the user ({a.policy})", "",
-                      "Win % counts a tie as half; both orders are asked and a pair whose two answers name the "
-                      "same position is position bias (a tie); unparseable answers are left out of the win rate "
-                      "and counted apart. The judge is not the reward model that guided the output, so this win "
-                      "rate is not circular; how far to trust it at this judge's size is the ROUGE-1 agreement.",
-                      "", table]
+    for make, title, note in ((rl_table, "RL leg: the policy tuned with each reward model", RL_NOTE),
+                              (judge_table, "Judged by an LLM that knows the user", JUDGE_NOTE)):
+        for a in analyses:
+            table = make(a)
+            parts += ["", f"## {title} ({a.policy})", "", note, "", table] if table else []
     return parts

@@ -16,7 +16,7 @@ from persalign.analysis.study import analyse, display_labels
 from persalign.decoders.base import properties_of
 from persalign.report.closing import sample_generations, what_next
 from persalign.report.results import write_results
-from persalign.report.downstream import judge_sections
+from persalign.report.downstream import downstream_sections
 from persalign.report.study_sections import study_sections
 from persalign.report.verdict import verdict_section
 from persalign.runner.store import RunStore
@@ -254,7 +254,7 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
     parts += verdict_section(store, frame, analyses)
     for policy in dict.fromkeys(frame["policy"]):
         parts += ["", f"## Policy: {policy}", "", table9(frame, policy, order)]
-    parts += study_sections(analyses, bon_curves(frame)) + judge_sections(analyses)
+    parts += study_sections(analyses, bon_curves(frame)) + downstream_sections(analyses)
     parts += ["", "## Cost (seconds, summed over seeds) and chosen λ", "", cost_table(frame)]
     parts += method_settings(frame)
     parts += sample_generations(store, frame, order)
