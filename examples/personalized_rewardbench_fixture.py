@@ -36,7 +36,8 @@ def records(users: int, questions: int, seed: int = 0) -> list[dict]:
         profile = [{"id": f"u{u}-p{j}", "category": "history", "text": follows(rng.choice(TOPICS))} for j in range(3)]
         for q in range(questions):
             topic = TOPICS[(u + q) % len(TOPICS)]
-            out.append({"id": f"u{u}-q{q}", "question": f"Can you suggest {topic} for me?", "profile": profile,
+            question = f"I'm user {u} and I have {q + 1} free hours. Can you suggest {topic} for me?"
+            out.append({"id": f"u{u}-q{q}", "question": question, "profile": profile,
                         "rubric_aspects": [aspect], "narrative": f"User {u} values this: {aspect}",
                         "category": "lifestyle", "chosen": follows(topic), "rejected": violates(topic)})
     return out

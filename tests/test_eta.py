@@ -41,3 +41,17 @@ def test_without_counted_work_the_eta_is_the_mean_cell_time(monkeypatch):
     lines = []
     eta.Progress(3, 1, lines.append).tick("a cell on Ray")
     assert "progress 2/3" in lines[-1] and "ETA 0.5 min (mean cell time so far)" in lines[-1]
+
+
+def test_the_lambda_choice_counts_decoding_only_where_its_rule_decodes(cache_dir):
+    """Pair-only data (Personalized RewardBench) chooses λ by policy accuracy, no decoding: the plan counted
+    39.7 TFLOP of validation decodes for a fixture run that never does them."""
+    config = tiny_config("methods=[{name: global_rm}]")
+    shape = shape_from_config(policy_config(config.policies[0], config.cache_dir))
+    design = design_of(config)
+    harmonic = stage_work(config, design, shape)["λ choice"]
+    design.has_references = False
+    pairs_only = stage_work(config, design, shape)["λ choice"]
+    assert 0 < pairs_only < harmonic
+    by_accuracy = tiny_config("methods=[{name: global_rm}]", "args.selection=policy_accuracy")
+    assert stage_work(by_accuracy, design_of(by_accuracy), shape)["λ choice"] == pytest.approx(pairs_only)

@@ -37,6 +37,7 @@ class Design:
     response_tokens: float = 0.0  # mean chosen / rejected response
     distinct_prompts: int = 0  # among the train, held-out and support pairs (features are cached by text)
     distinct_responses: int = 0  # distinct (prompt, response) among them
+    has_references: bool = True  # the users' own outputs exist: λ is chosen by decoding (the harmonic rule)
 
     @property
     def query_items(self) -> int:
@@ -90,6 +91,7 @@ def design_from(config, dataset, split, policy: str) -> Design:
     design.demo_tokens = design.response_tokens + design.prompt_tokens * 0.8  # a demo: its input and output
     design.distinct_prompts = len({(c.prompt, c.history) for c in read})
     design.distinct_responses = len({(c.prompt, c.history, r) for c in read for r in (c.chosen, c.rejected)})
+    design.has_references = bool(dataset.completions)
     cells = [p for p in plan(config) if p.cell.policy == policy]
     design.cells = Counter(cell_key(p) for p in cells)
     design.trained = len({(p.method_label, p.cell.seed) for p in cells if p.method_label})
@@ -151,7 +153,9 @@ def stage_work(config, design: Design, shape: ModelShape) -> dict[str, float]:
         scoring += cells * items * (2 * forward_flops(shape, prompt + new) if kind == "args"
                                     else 2 * forward_flops(shape, response, shown))
     nonzero = len([lam for lam in config.args.lambdas if lam != 0])
-    validation = config.args.validation_size or design.pairs["heldout"]
+    rule = config.args.selection
+    decodes = rule == "harmonic" or (rule == "auto" and design.has_references)  # else: scored pairs only
+    validation = (config.args.validation_size or design.pairs["heldout"]) if decodes else 0
     # ARGS on the validation items at every λ ≠ 0, per cell; the accuracy curve's pairs once (memoised)
     lam = argses * validation * nonzero * argsed + (design.pairs["heldout"] * pair if argses else 0.0)
     features = (design.distinct_prompts * forward_flops(shape, prompt)  # the frozen backbone reads each text once

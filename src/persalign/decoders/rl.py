@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
+import time
 
 import numpy as np
 from safetensors.torch import save_file
@@ -73,11 +75,13 @@ class RLDeployment(TrainedDeployment):
         if weights.exists() and log.exists():  # the log is written last: both present means complete
             return {**json.loads(log.read_text(encoding="utf-8")), "state": read_tensors(weights)}
         reward, users = self._reward(members)
-        tuning = tune(self.lm, reward, users, self.options, self.ctx.seed, folder / "trainer")
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory() as scratch:  # TRL's output_dir: nothing of it is kept
+            tuning = tune(self.lm, reward, users, self.options, self.ctx.seed, scratch)
         folder.mkdir(parents=True, exist_ok=True)
         save_file(tuning.state, str(weights))
         info = {"user": key, "prompts": len(users), "flops": tuning.flops, "completions": tuning.completions,
-                "rewards": tuning.rewards}
+                "rewards": tuning.rewards, "seconds": time.perf_counter() - started}
         write_atomic(log, json.dumps(info))
         return {**info, "state": tuning.state}
 
@@ -154,12 +158,16 @@ class RLDeployment(TrainedDeployment):
         settings = self.training_settings()
         adapt = dict(settings["training"].get("adapt_work") or {"flops_per_user": 0.0})
         adapt.update(flops_per_user=(adapt.get("flops_per_user") or 0.0) + per_user, rl_flops_per_user=per_user)
-        settings["training"] = {**settings["training"], "adapt_work": adapt}
+        seconds = float(sum(t.get("seconds", 0.0) for t in tunings))
+        training = {**settings["training"], "adapt_work": adapt}
+        if self.trained.method.personalized:  # the verdict's measured adaptation seconds: the RM's and RL's
+            training["adapt_s"] = training.get("adapt_s", 0.0) + seconds
+        settings["training"] = training
         options = self.options
         return {"rl": {"trainer": "GRPO (TRL), LoRA (PEFT)", "steps_cap": options.steps,
                        "generations": options.generations, "prompts_per_step": options.prompts_per_step,
                        "learning_rate": options.learning_rate, "lora_rank": options.lora_rank,
-                       "adapters": len(tunings), "rl_flops_total": rl_total,
+                       "adapters": len(tunings), "rl_flops_total": rl_total, "tuning_s": seconds,
                        "prompts_per_adapter": float(np.mean([t["prompts"] for t in tunings])) if tunings else 0.0,
                        "reward_first_last": [[t["rewards"][0], t["rewards"][-1]] if t["rewards"] else None
                                              for t in tunings]},
