@@ -17,6 +17,7 @@ sampling (its prompt's prefill and one decode step per token), its forward and b
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -87,13 +88,14 @@ def tune(policy_lm, reward: CountedReward, users: list[str], config, seed: int, 
     from transformers import PrinterCallback
     from trl import GRPOTrainer
 
-    texts = list(reward.prompt_ids)
-    trainer = GRPOTrainer(model=copy.deepcopy(policy_lm.model), reward_funcs=reward,
-                          args=grpo_args(config, reward.max_new_tokens, seed, policy_lm.device, out_dir),
-                          train_dataset=Dataset.from_dict({"prompt": texts, "user": users}),
-                          processing_class=policy_lm.tokenizer, peft_config=lora_config(config))
-    trainer.remove_callback(PrinterCallback)  # its per-step dicts would flood the run's log
-    trainer.train()
+    with warnings.catch_warnings():  # transformers' deprecation notices about TRL's own calls: not the user's
+        warnings.simplefilter("ignore", FutureWarning)
+        trainer = GRPOTrainer(model=copy.deepcopy(policy_lm.model), reward_funcs=reward,
+                              args=grpo_args(config, reward.max_new_tokens, seed, policy_lm.device, out_dir),
+                              train_dataset=Dataset.from_dict({"prompt": list(reward.prompt_ids), "user": users}),
+                              processing_class=policy_lm.tokenizer, peft_config=lora_config(config))
+        trainer.remove_callback(PrinterCallback)  # its per-step dicts would flood the run's log
+        trainer.train()
     state = {k: v.detach().to("cpu").clone() for k, v in get_peft_model_state_dict(trainer.model).items()}
     rewards = [float(h["reward"]) for h in trainer.state.log_history if "reward" in h]
     return Tuning(state, reward.flops, reward.completions, rewards)

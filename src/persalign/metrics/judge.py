@@ -142,8 +142,8 @@ def lm_judge(lm, max_new_tokens: int = 4) -> Generator:
 
 def endpoint_judge(base_url: str, model: str, api_key: str = "none", max_tokens: int = 4) -> Generator:
     """A model served behind an OpenAI-compatible endpoint (vLLM, `transformers serve`, …) as the judge.
-    The endpoint is asked for its models first: one that cannot be reached or does not serve `model` is
-    refused in one line before any cell is judged."""
+    The endpoint is asked for its models first: one that cannot be reached is refused in one line before any
+    cell is judged."""
     from persalign.errors import ConfigError
 
     try:
@@ -153,6 +153,8 @@ def endpoint_judge(base_url: str, model: str, api_key: str = "none", max_tokens:
     client = openai.OpenAI(base_url=base_url, api_key=api_key)
     try:
         client.models.list()
+    except openai.APIStatusError:
+        pass  # it answered: some servers (transformers serve, offline) cannot list their models
     except openai.OpenAIError as error:
         raise ConfigError(f"judge.endpoint {base_url}: {type(error).__name__}: {error}; start the server or fix "
                           "the URL (judge.endpoint=http://HOST:PORT/v1)") from None

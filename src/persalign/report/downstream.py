@@ -26,7 +26,11 @@ def judge_table(analysis: PolicyAnalysis) -> str | None:
         return None
     rows = [[m.label] + [with_ci(analysis.cis.get(m.label, {}).get(key), 1) for key, _ in shown]
             for m in analysis.methods if any(m.user_means.get(key) for key, _ in shown)]
-    return _table(["Deployment"] + [title for _, title in shown], rows)
+    table = _table(["Deployment"] + [title for _, title in shown], rows)
+    if "judge_rouge_agreement" not in dict(shown) and any(m.user_means.get("rouge1") for m in analysis.methods):
+        table += ("\n\nAgreement with ROUGE-1: not measurable here — on no pair did the judge prefer one output "
+                  "while ROUGE-1 against the user's text also did (every valid answer a tie or position bias).")
+    return table
 
 
 def rl_table(analysis: PolicyAnalysis) -> str | None:
