@@ -53,7 +53,7 @@ def planned_work(config, run_ctx, todo: list[PlannedCell]) -> tuple[dict, dict[s
 
 def work_line(stages: dict[str, float]) -> str:
     parts = ", ".join(f"{stage} {flops / 1e12:.3g}" for stage, flops in stages.items() if flops)
-    return f"counted work to run (TFLOP, an upper bound; training not counted): {parts}"
+    return f"counted work to run (TFLOP, an upper bound; training, RL tuning and judging not counted): {parts}"
 
 
 class Progress:
