@@ -14,8 +14,8 @@ from tests.test_runner import tiny_config
 GRID = [0.0, 0.3, 1.0, 3.0, 10.0]
 
 
-def _lambda_choice(tmp_path, grid) -> dict:
-    config = tiny_config("seeds=[0]", "decoders=[{name: zero_shot}]", "methods=[{name: global_rm}]",
+def _lambda_choice(tmp_path, grid, *extra) -> dict:
+    config = tiny_config(*extra, "seeds=[0]", "decoders=[{name: zero_shot}]", "methods=[{name: global_rm}]",
                          "reward.epochs=2", "args.selection=harmonic", "args.validation_size=8",
                          "generation.batch_size=4", f"args.lambdas={json.dumps(grid)}")
     store = run(config, tmp_path, **QUIET)
@@ -50,7 +50,7 @@ def test_the_nonzero_lambdas_are_rows_of_the_same_passes(tmp_path, cache_dir, mo
         return real(policy, guide, prompts, max_new_tokens, *rest, **kwargs)
 
     monkeypatch.setattr(args_lambda, "args_decode", counting)
-    _lambda_choice(tmp_path, GRID)
+    _lambda_choice(tmp_path, GRID, "args.shared_pass=false")  # a cell decoding alone (no shared pass)
     assert passes == [(16, GRID[1:]), (16, GRID[1:])]
 
 

@@ -122,6 +122,7 @@ class ArgsConfig:
     fixed_lambda: float = 1.0
     validation_size: int = 32  # held-out train-user items for the harmonic-mean rule
     enabled: bool = True  # deploy every method with ARGS (false: only Best-of-N cells, if enabled)
+    shared_pass: bool = True  # frozen-backbone heads decode as rows of one pass (runner/args_pass.py)
 
 
 @dataclass

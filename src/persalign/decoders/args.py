@@ -48,19 +48,20 @@ class ArgsDeployment(TrainedDeployment):
         self.choice: dict = {}
 
     def begin(self) -> None:
-        path = self.ctx.run.store.cell_dir(self.ctx.cell) / "lambda.json"
-        if path.exists():
-            try:
-                self.choice = read_json(path, fields({"lambda": (int, float)}))
-                return
-            except DamagedFileError as error:
-                set_aside(path, error.problem, "λ is chosen again")
-        started, work = time.perf_counter(), {}
-        with self.ctx.policy.meter.measure(work, "flops"):  # the λ choice's decodes and scoring, metered
-            self.choice = choose_lambda(self.ctx, self.trained)
-        self.choice.update(seconds=time.perf_counter() - started, flops=work["flops"],
-                           shared_flops=work.get("flops_shared", 0.0))
-        write_atomic(path, json.dumps(self.choice, indent=2))
+        path = lambda_path(self.ctx)
+        self.choice = read_choice(path)
+        if self.choice is None and self.shared_pass is not None:
+            self.shared_pass.choose_lambdas()  # every member's λ, their validation decodes in one pass
+            self.choice = read_choice(path)
+        if self.choice is None:
+            self.choice = timed_choice(self.ctx, self.trained)
+            write_atomic(path, json.dumps(self.choice, indent=2))
+
+    @property
+    def shared_pass(self):
+        """The policy's shared ARGS pass (runner/args_pass.py) where this cell is one of its rows, else None."""
+        shared = getattr(self.ctx.policy, "args_pass", None)
+        return shared if shared is not None and shared.takes(self.ctx.cell, self.trained) else None
 
     @property
     def lam(self) -> float:
@@ -72,11 +73,15 @@ class ArgsDeployment(TrainedDeployment):
     def generate(self, batch: PreparedBatch) -> Generated:
         if self.lam == 0:
             return self._greedy(batch)
-        guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, self.args.top_k)
-        max_new = self.generation.max_new_tokens
-        stats: dict = {}
-        ids = args_decode(self.lm, guide, batch.prompts, max_new, DecodeRecord(stats))
+        max_new, stats = self.generation.max_new_tokens, {}
+        if self.shared_pass is not None:
+            ids, forwards = self.shared_pass.generation(self.ctx.cell, batch)
+        else:
+            guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, self.args.top_k)
+            ids = args_decode(self.lm, guide, batch.prompts, max_new, DecodeRecord(stats))
         shapes, token_level = reward_shapes(self.ctx.policy, self.trained), self.trained.method.token_level
+        if self.shared_pass is None:
+            forwards = [alone_forwards(row, max_new, tree=not token_level) for row in ids]
         if stats.get("reward_texts") is not None:  # a text-level RM counted what it read, row by row
             work = [text_args_work(shapes, len(p), len(row), max_new, read).columns()
                     for p, row, read in zip(batch.prompts, ids, stats["reward_texts"])]
@@ -84,7 +89,7 @@ class ArgsDeployment(TrainedDeployment):
             work = [args_work(shapes, len(p), len(row), max_new, self.args.top_k, token_level).columns()
                     for p, row in zip(batch.prompts, ids)]
         return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids],
-                         columns=work)
+                         columns=[{**w, **f} for w, f in zip(work, forwards)])
 
     def _greedy(self, batch: PreparedBatch) -> Generated:
         """λ = 0 switches the reward off: ARGS's choice is the argmax of log π, so it decodes as greedy does
@@ -122,6 +127,41 @@ class ArgsDeployment(TrainedDeployment):
 
     def summary_line(self, metrics: dict) -> str:
         return f"λ={self.lam} ({self.choice['rule']}), " + super().summary_line(metrics)
+
+
+def lambda_path(ctx):
+    return ctx.run.store.cell_dir(ctx.cell) / "lambda.json"
+
+
+def read_choice(path) -> dict | None:
+    """A cell's stored λ choice; None where there is none (or it was damaged and set aside)."""
+    if not path.exists():
+        return None
+    try:
+        return read_json(path, fields({"lambda": (int, float)}))
+    except DamagedFileError as error:
+        set_aside(path, error.problem, "λ is chosen again")
+        return None
+
+
+def timed_choice(ctx, trained, decoded: dict | None = None) -> dict:
+    """`choose_lambda` with its seconds and its metered work (own and shared) recorded beside the choice."""
+    started, work = time.perf_counter(), {}
+    with ctx.policy.meter.measure(work, "flops"):  # the λ choice's decodes and scoring, metered
+        choice = choose_lambda(ctx, trained, decoded)
+    choice.update(seconds=time.perf_counter() - started, flops=work["flops"],
+                  shared_flops=work.get("flops_shared", 0.0))
+    return choice
+
+
+def alone_forwards(ids: list[int], max_new: int, share: float | None = None, near_ties: int = 0,
+                   tree: bool = True) -> dict:
+    """A row's ARGS candidate forwards: needed alone (one per step: each token and the step that ended the row;
+    none for a token-level RM, which scores candidates without one) and done (its share of the shared pass's;
+    alone, all of them); near-tie steps the shared pass counted."""
+    needed = min(len(ids) + 1, max_new) if tree else 0
+    return {"args_candidate_forwards": needed, "args_candidate_forwards_done": needed if share is None else share,
+            "args_near_ties": near_ties}
 
 
 def add_own_rm_win_rate(ctx, trained, batch: PreparedBatch, texts: list[str], columns: list[dict]) -> None:

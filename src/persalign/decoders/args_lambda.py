@@ -63,14 +63,21 @@ def validation_pairs(dataset, split, formatter, size: int | None) -> tuple[PairD
     return val, ids
 
 
-def choose_lambda(ctx, trained) -> dict:
-    """Appendix F.2 for one trained reward model and one policy: {'lambda', 'rule', 'curve'}."""
+def rule_of(run) -> str:
+    """The λ rule a run applies: `auto` is the harmonic rule where the data has the users' own outputs."""
+    rule = run.config.args.selection
+    if rule == "auto":
+        return "harmonic" if run.has_references else "policy_accuracy"
+    return rule
+
+
+def choose_lambda(ctx, trained, decoded: dict | None = None) -> dict:
+    """Appendix F.2 for one trained reward model and one policy: {'lambda', 'rule', 'curve'}. `decoded`: the
+    validation outputs at the nonzero λ values, decoded already (by the shared pass, runner/args_pass.py)."""
     run, policy = ctx.run, ctx.policy
     args_config, generation = run.config.args, run.config.generation
     batch_size = generation.batch_size
-    grid, rule = list(args_config.lambdas), args_config.selection
-    if rule == "auto":
-        rule = "harmonic" if run.has_references else "policy_accuracy"
+    grid, rule = list(args_config.lambdas), rule_of(run)
     if rule == "fixed":
         return {"lambda": args_config.fixed_lambda, "rule": "fixed", "curve": {}}
     val, val_ids = validation_pairs(run.dataset, run.split, policy.formatter,
@@ -84,7 +91,7 @@ def choose_lambda(ctx, trained) -> dict:
     if rule == "harmonic":
         completions = run.dataset.completion_by_id()
         references = [completions[i].reference for i in val_ids]  # each pair's own reference
-        curve.update(harmonic_curve(ctx, trained, val, references, accuracy))
+        curve.update(harmonic_curve(ctx, trained, val, references, accuracy, decoded))
         objective = curve["harmonic"]
     else:
         objective = accuracy
@@ -92,10 +99,26 @@ def choose_lambda(ctx, trained) -> dict:
     return {"lambda": lam, "rule": rule, "curve": curve}
 
 
+def decode_greedy(ctx, trained, val: PairData) -> list[list[int]]:
+    """The validation outputs at λ = 0 (greedy), decoded once per policy and scorer kind and reused by every
+    method and seed (`args_decode_reusing_greedy`)."""
+    config, policy = ctx.run.config, ctx.policy
+    generation = config.generation
+    out = [None] * len(val)
+    for batch in plan_generation(val.prompts, generation, policy.lm.device):
+        guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i in batch], 0.0,
+                            config.args.top_k, prefills=policy.prefills)
+        decoded = args_decode_reusing_greedy(policy.decoded, policy.lm, guide, [val.prompts[i] for i in batch],
+                                             generation.max_new_tokens)
+        for i, ids in zip(batch, decoded):
+            out[i] = ids
+    return out
+
+
 def decode_grid(ctx, trained, val: PairData) -> dict[float, list[list[int]]]:
     """ARGS outputs of every validation prompt at every λ of the grid.
 
-    λ = 0 (greedy) is decoded once per policy and reused (`args_decode_reusing_greedy`). Every other λ is
+    λ = 0 (greedy): `decode_greedy`. Every other λ is
     a row of one pass: a batch holds all λ values of its prompts (up to batch_size × λ values rows, within
     the token budget), each prompt prefilled once, so a step's fixed cost is paid once for the whole grid
     instead of once per λ.
@@ -104,13 +127,7 @@ def decode_grid(ctx, trained, val: PairData) -> dict[float, list[list[int]]]:
     generation, grid = config.generation, list(dict.fromkeys(config.args.lambdas))
     out = {lam: [None] * len(val) for lam in grid}
     if 0 in out:
-        for batch in plan_generation(val.prompts, generation, policy.lm.device):
-            guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i in batch], 0.0,
-                                config.args.top_k, prefills=policy.prefills)
-            decoded = args_decode_reusing_greedy(policy.decoded, policy.lm, guide, [val.prompts[i] for i in batch],
-                                                 generation.max_new_tokens)
-            for i, ids in zip(batch, decoded):
-                out[0][i] = ids
+        out[0] = decode_greedy(ctx, trained, val)
     weights = [lam for lam in grid if lam != 0]
     items = [(i, lam) for i in range(len(val)) for lam in weights]  # a prompt's λ rows stay together
     plan = plan_generation([val.prompts[i] for i, _ in items], generation, policy.lm.device,
@@ -126,11 +143,14 @@ def decode_grid(ctx, trained, val: PairData) -> dict[float, list[list[int]]]:
     return out
 
 
-def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy) -> dict:
+def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy, decoded=None) -> dict:
     """ARGS on the validation prompts at each λ: ROUGE-1, inverse perplexity and their harmonic mean with accuracy."""
     config, policy = ctx.run.config, ctx.policy
     batch_size = config.generation.batch_size
-    decoded = decode_grid(ctx, trained, val)
+    if decoded is None:
+        decoded = decode_grid(ctx, trained, val)
+    elif 0 in config.args.lambdas:
+        decoded = {**decoded, 0.0: decode_greedy(ctx, trained, val)}
     out = {"rouge1": [], "inverse_perplexity": [], "harmonic": []}
     for lam, acc in zip(config.args.lambdas, accuracy):
         texts = [clean_generation(policy.lm.tokenizer, ids) for ids in decoded[lam]]

@@ -129,6 +129,17 @@ def provide_trained(planned: PlannedCell, policy_ctx: PolicyContext, providers: 
     return policy_ctx.trained[key]
 
 
+def shared_args_pass(policy_ctx: PolicyContext, todo: list[PlannedCell], providers: dict):
+    """The policy's shared ARGS pass over its ARGS cells still to run (args.shared_pass), or None. One cell
+    alone is a pass too: a resumed run whose last member is left decodes as the interrupted one did."""
+    cells = [p for p in todo if p.decoder == "args" and p.needs == "reward_model"]
+    if not policy_ctx.run.config.args.shared_pass or not cells:
+        return None
+    from persalign.runner.args_pass import ArgsPass
+
+    return ArgsPass(policy_ctx, cells, lambda planned: provide_trained(planned, policy_ctx, providers))
+
+
 def run_planned(planned: PlannedCell, policy_ctx: PolicyContext, providers: dict) -> dict:
     """One cell through the one evaluator; its metrics."""
     ctx = CellContext(policy_ctx, planned)

@@ -63,6 +63,7 @@ class PolicyContext:
     decoded: SharedMemo = field(default_factory=SharedMemo)  # the λ choice's greedy (λ = 0) batches, per scorer kind
     prefills: SharedMemo = field(default_factory=SharedMemo)  # the λ choice's validation batches prefilled once
     meter: WorkMeter = field(default_factory=WorkMeter)  # FLOPs of every forward of this policy's models
+    args_pass: object = None  # runner.args_pass.ArgsPass: the ARGS cells decoded as rows of shared passes
     _zero_shot: dict | None = None
     _shape: object = None
 

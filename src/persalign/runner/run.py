@@ -22,7 +22,8 @@ from persalign.config_checks import validate
 from persalign.model_checks import preflight
 from persalign.runner import provenance
 from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: also used from here by tests)
-    check_plan, load_policy, need_key, open_store, policy_context, run_context, run_planned, trained_providers,
+    check_plan, load_policy, need_key, open_store, policy_context, run_context, run_planned, shared_args_pass,
+    trained_providers,
 )
 from persalign.runner.eta import Progress, planned_work, work_line
 from persalign.runner.lock import locked
@@ -59,6 +60,7 @@ def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
         policy_todo = [p for p in todo if p.cell.policy == policy]
         if policy_todo:
             policy_ctx = policy_context(run_ctx, load_policy(config, policy))
+            policy_ctx.args_pass = shared_args_pass(policy_ctx, policy_todo, providers)
             uses = Counter(need_key(p) for p in policy_todo if p.needs)
             for planned in policy_todo:
                 run_planned(planned, policy_ctx, providers)

@@ -1,0 +1,150 @@
+"""The shared ARGS pass of one policy: every frozen-backbone reward head decoded as rows of one pass (issue #42).
+
+The ARGS cells of a policy whose reward model is a sequence-level head over the policy's own frozen
+model (decoders/args_shared.shares_the_policy) are its MEMBERS. When the first member needs its λ,
+every member's λ-choice validation decodes (each nonzero λ of the grid, every method and seed) run
+as rows of shared passes, and each member's λ is chosen from its own rows and written to its cell
+folder (lambda.json) at once. When the first member generates a batch of query prompts, every member
+with λ ≠ 0 decodes that batch in the same passes; the outputs of all members are written to
+RUN_DIR/args_pass/POLICY/generation-HASH.json before any is used, so a resumed run reads exactly what
+the interrupted one computed. Near-ties (decoders/args_shared.py) are counted per row.
+
+Costs stay honest: each row records the candidate forwards it needs deployed alone and its share of
+those the pass did; the counted FLOPs of a cell (cost.py) are its work alone. The pass's metered work
+is shared work (work_meter.py), charged to the cell that triggered it, like every other shared cache.
+A pass holds at most `rows_per_pass` rows (batch_size × the number of nonzero λ), as the λ grid did.
+
+    persalign run demo          # args.shared_pass: true (default); false decodes each cell alone
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+
+from persalign.batching import plan_generation
+from persalign.decoders.args import alone_forwards, lambda_path, read_choice, timed_choice
+from persalign.decoders.args_lambda import rule_of, validation_pairs
+from persalign.decoders.args_shared import HeadRow, shared_args_decode, shares_the_policy
+from persalign.files import DamagedFileError, fields, read_json, set_aside, write_atomic
+from persalign.runner.context import CellContext
+from persalign.runner.store import folder_name
+
+
+def member_key(cell) -> str:
+    return f"{cell.decoder}/seed-{cell.seed}"
+
+
+class ArgsPass:
+    """The members of one policy's shared pass; decodes their λ choices and their query batches together."""
+
+    def __init__(self, policy_ctx, planned_cells: list, trained_of):
+        self.policy, self.trained_of = policy_ctx, trained_of
+        self.planned = {p.cell: p for p in planned_cells}
+        self._members: dict | None = None  # cell -> trained, once known
+        self._outputs: dict[str, dict] = {}  # batch hash -> member key -> decoded rows
+        config = policy_ctx.run.config
+        weights = [lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0]
+        self.rows_per_pass = config.generation.batch_size * max(1, len(weights))
+        self.folder = policy_ctx.run.store.root / "args_pass" / folder_name(policy_ctx.lm.name)
+
+    def takes(self, cell, trained) -> bool:
+        return cell in self.planned and shares_the_policy(self.policy.lm, trained)
+
+    def members(self) -> dict:
+        """Every member's trained head (trained, or loaded from the run dir, on first need)."""
+        if self._members is None:
+            trained = {cell: self.trained_of(planned) for cell, planned in self.planned.items()}
+            self._members = {cell: t for cell, t in trained.items() if shares_the_policy(self.policy.lm, t)}
+        return self._members
+
+    def context(self, cell) -> CellContext:
+        return CellContext(self.policy, self.planned[cell], self.members()[cell])
+
+    def choose_lambdas(self) -> None:
+        """λ of every member without a stored choice; the validation decodes shared where the rule decodes."""
+        todo = [cell for cell in self.members() if read_choice(lambda_path(self.context(cell))) is None]
+        if not todo:
+            return
+        started, work = time.perf_counter(), {}
+        decoded, forwards = {}, {}
+        if rule_of(self.policy.run) == "harmonic":
+            with self.policy.meter.measure(work, "flops"):
+                decoded, forwards = self._decode_grids(todo)
+        shared_s = time.perf_counter() - started
+        for index, cell in enumerate(todo):
+            ctx = self.context(cell)
+            choice = timed_choice(ctx, ctx.trained, decoded.get(cell))
+            if index == 0:  # the shared decodes are charged to the member that needed them first
+                choice["seconds"] += shared_s
+                choice["shared_flops"] += work.get("flops", 0.0) + work.get("flops_shared", 0.0)
+            choice.update(forwards.get(cell, {}), shared_pass=len(todo))
+            write_atomic(lambda_path(ctx), json.dumps(choice, indent=2))
+
+    def _decode_grids(self, todo: list) -> tuple[dict, dict]:
+        """Each member's validation outputs at each nonzero λ, and its candidate forwards needed / done."""
+        run, config = self.policy.run, self.policy.run.config
+        val, _ = validation_pairs(run.dataset, run.split, self.policy.formatter, config.args.validation_size)
+        weights = [lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0]
+        heads = [(cell, self.members()[cell].method, lam) for cell in todo for lam in weights]
+        items = list(range(len(val)))
+        outputs = self._decode(heads, [val.prompts[i] for i in items], [val.users[i] for i in items])
+        decoded = {cell: {lam: outputs[(cell, lam)]["ids"] for lam in weights} for cell in todo}
+        forwards = {cell: {"candidate_forwards": sum(sum(outputs[(cell, lam)]["needed"]) for lam in weights),
+                           "candidate_forwards_done": sum(sum(outputs[(cell, lam)]["done"]) for lam in weights),
+                           "near_ties": sum(sum(outputs[(cell, lam)]["near_ties"]) for lam in weights)}
+                    for cell in todo}
+        return decoded, forwards
+
+    def _decode(self, heads: list[tuple], prompts: list[list[int]], users: list[str]) -> dict:
+        """Every (key, method, λ) head on every prompt, prompts grouped so that a pass holds at most
+        `rows_per_pass` rows; per head: ids, needed, done, near_ties in the prompts' order."""
+        config = self.policy.run.config
+        per_pass = max(1, self.rows_per_pass // max(1, len(heads)))
+        out = {(key, lam): {"ids": [None] * len(prompts), "needed": [0] * len(prompts), "done": [0.0] * len(prompts),
+                            "near_ties": [0] * len(prompts)} for key, _, lam in heads}
+        for group in plan_generation(prompts, config.generation, self.policy.lm.device, max_items=per_pass):
+            rows = [(i, key, HeadRow(tuple(prompts[i]), method, users[i], lam))
+                    for i in group for key, method, lam in heads]
+            with self.policy.meter.shared():
+                result = shared_args_decode(self.policy.lm, [r for _, _, r in rows], config.generation.max_new_tokens,
+                                            config.args.top_k)
+            for n, (i, key, row) in enumerate(rows):
+                slot = out[(key, row.lam)]
+                slot["ids"][i], slot["needed"][i] = result.ids[n], result.needed[n]
+                slot["done"][i], slot["near_ties"][i] = result.done[n], result.near_ties[n]
+        return out
+
+    def generation(self, cell, batch) -> tuple[list[list[int]], list[dict]]:
+        """This member's ARGS outputs of a batch of query prompts and each row's candidate forwards."""
+        digest = hashlib.sha256(json.dumps([batch.prompts, batch.users]).encode()).hexdigest()[:20]
+        path = self.folder / f"generation-{digest}.json"
+        outputs = self._outputs.get(digest) or self._read(path)
+        if member_key(cell) not in outputs:
+            outputs = self._decode_batch(batch)
+            write_atomic(path, json.dumps(outputs))
+        self._outputs[digest] = outputs
+        rows = outputs[member_key(cell)]
+        max_new = self.policy.run.config.generation.max_new_tokens
+        return rows["ids"], [alone_forwards(ids, max_new, done, ties) for ids, done, ties
+                             in zip(rows["ids"], rows["done"], rows["near_ties"])]
+
+    def _read(self, path) -> dict:
+        if not path.exists():
+            return {}
+        try:
+            return read_json(path, fields({}))
+        except DamagedFileError as error:
+            set_aside(path, error.problem, "the batch is decoded again")
+            return {}
+
+    def _decode_batch(self, batch) -> dict:
+        self.choose_lambdas()
+        heads = []
+        for cell in self.members():
+            lam = read_choice(lambda_path(self.context(cell)))["lambda"]
+            if lam != 0:  # λ = 0 decodes greedily, with no reward: not a row of the pass
+                heads.append((member_key(cell), self.members()[cell].method, lam))
+        out = self._decode(heads, batch.prompts, batch.users)
+        return {key: out[(key, lam)] for key, _, lam in heads}

@@ -1,0 +1,133 @@
+"""One ARGS pass for many heads (issue #42): the same tokens as each head decoded alone, fewer candidate forwards.
+
+    pytest tests/test_args_shared.py
+"""
+
+import pytest
+
+from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_shared import HeadRow, shared_args_decode
+from tests.test_rewards_args import prompts_of, random_method
+
+TEXTS = ["rain", "a long day at the council", "markets fall", "the mayor speaks on the new bridge"]
+USERS = ["u0", "u1", "u2", "u3"]
+
+
+def heads(lm) -> dict:
+    """Several methods (last- and mean-pooled) and seeds: each a head of its own."""
+    hidden = lm.model.config.hidden_size
+    return {(name, seed): random_method(name, hidden, seed=seed)
+            for name in ("global_rm", "lore", "global_rm_v2") for seed in (0, 1)}
+
+
+def alone(lm, method, prompts, lam, top_k, max_new) -> list[list[int]]:
+    return args_decode(lm, RewardGuide(lm, method, USERS[: len(prompts)], lam, top_k), prompts, max_new)
+
+
+def test_every_head_lambda_and_seed_decodes_as_it_does_alone(tiny_lm):
+    """Rows of 6 heads × 3 λ over 4 prompts in one pass: each row's tokens are those of its head decoded alone
+    at its λ (the batch a deployment decodes), except where the pass counted a near-tie."""
+    prompts, top_k, max_new = prompts_of(tiny_lm, TEXTS), 4, 8
+    rows, expected = [], []
+    for method in heads(tiny_lm).values():
+        for lam in (0.1, 1.0, 10.0):
+            rows += [HeadRow(tuple(p), method, u, lam) for p, u in zip(prompts, USERS)]
+            expected += alone(tiny_lm, method, prompts, lam, top_k, max_new)
+    shared = shared_args_decode(tiny_lm, rows, max_new, top_k)
+    differ = [i for i, (a, b) in enumerate(zip(shared.ids, expected)) if a != b]
+    assert all(shared.near_ties[i] > 0 for i in differ), differ
+    assert len(differ) <= len(rows) // 20
+    assert shared.needed == [min(len(ids) + 1, max_new) for ids in shared.ids]  # a step per token and the end
+    assert len({tuple(ids) for ids in expected}) > len(prompts)  # the heads and λ values do part
+
+
+def test_rows_that_agree_share_their_candidate_forwards(tiny_lm):
+    """At λ = 0 every head picks the policy's argmax: 6 heads on one prompt are one node, so the pass does 1/6
+    of the forwards they need alone; at λ = 10 the heads part and the pass does more than that."""
+    prompt, top_k, max_new = tuple(prompts_of(tiny_lm, TEXTS[:1])[0]), 4, 8
+    methods = list(heads(tiny_lm).values())
+    greedy = shared_args_decode(tiny_lm, [HeadRow(prompt, m, "u0", 0.0) for m in methods], max_new, top_k)
+    assert len({tuple(ids) for ids in greedy.ids}) == 1
+    assert sum(greedy.done) == pytest.approx(sum(greedy.needed) / len(methods))
+    guided = shared_args_decode(tiny_lm, [HeadRow(prompt, m, "u0", 10.0) for m in methods], max_new, top_k)
+    if len({tuple(ids) for ids in guided.ids}) > 1:
+        assert sum(guided.done) > sum(guided.needed) / len(methods)
+    assert sum(guided.done) <= sum(guided.needed)
+
+
+def test_a_head_on_another_backbone_is_not_shared(tiny_lm, tiny_plain_lm):
+    from types import SimpleNamespace
+
+    from persalign.decoders.args_shared import shares_the_policy
+
+    method = random_method("lore", tiny_lm.model.config.hidden_size)
+    assert shares_the_policy(tiny_lm, SimpleNamespace(method=method, backbone=SimpleNamespace(lm=tiny_lm)))
+    assert not shares_the_policy(tiny_lm, SimpleNamespace(method=method, backbone=SimpleNamespace(lm=tiny_plain_lm)))
+
+
+RUN = ["seeds=[0,1]", "decoders=[{name: zero_shot}]", "reward.epochs=2", "args.selection=harmonic",
+       "args.validation_size=8", "args.lambdas=[0,0.3,3]",
+       "methods=[{name: global_rm}, {name: lore}, {name: global_rm_v2}]"]
+
+
+def _run(path, *extra):
+    from persalign.runner.run import run
+    from tests.bad_input_helpers import QUIET
+    from tests.test_runner import tiny_config
+
+    return run(tiny_config(*RUN, *extra), path, **QUIET)
+
+
+def _cells(store) -> dict:
+    import json
+
+    out = {}
+    for folder in sorted(store.root.glob("cells/*/*/seed-*")):
+        rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines()]
+        choice = folder / "lambda.json"
+        out[folder.relative_to(store.root).as_posix()] = (rows, json.loads(choice.read_text()) if choice.exists() else None)
+    return out
+
+
+def test_a_run_decodes_every_method_and_seed_in_shared_passes_as_it_would_alone(tmp_path, cache_dir):
+    """3 methods × 2 seeds with the pass and without: the same λ curves and choices, the same generations and
+    scores except rows with a counted near-tie; the rows record fewer candidate forwards done than needed.
+    Fails before issue #42 (no shared pass: done = needed, no such columns)."""
+    shared, alone = _cells(_run(tmp_path / "shared")), _cells(_run(tmp_path / "alone", "args.shared_pass=false"))
+    assert shared.keys() == alone.keys()
+    needed = done = 0
+    for cell, (rows, choice) in shared.items():
+        alone_rows, alone_choice = alone[cell]
+        if choice is not None:
+            assert choice["lambda"] == alone_choice["lambda"] and choice["curve"] == alone_choice["curve"], cell
+            assert choice["candidate_forwards_done"] <= choice["candidate_forwards"]
+        for row, other in zip(rows, alone_rows):
+            if row.get("args_near_ties", 0) == 0:
+                assert (row["generation"], row["s_chosen"], row["s_rejected"]) == (
+                    other["generation"], other["s_chosen"], other["s_rejected"]), cell
+            assert row.get("args_candidate_forwards", 0) == other.get("args_candidate_forwards", 0)
+            needed += row.get("args_candidate_forwards", 0)
+            done += row.get("args_candidate_forwards_done", 0)
+    assert 0 < done < needed
+
+
+def test_a_resumed_run_reads_the_shared_batches_it_had_decoded(tmp_path, cache_dir, monkeypatch):
+    """An ARGS cell lost after the pass decoded its batches (metrics and rows gone) is redone from the stored
+    pass outputs: the same rows, no ARGS decode."""
+    import shutil
+
+    from persalign.runner import args_pass
+
+    store = _run(tmp_path)
+    before = _cells(store)
+    lost = next(p for p in store.root.glob("cells/*/LoRE/seed-1"))
+    for name in ("rows.jsonl", "metrics.json"):
+        (lost / name).unlink()
+    shutil.rmtree(store.root / "report", ignore_errors=True)
+    calls, real = [], args_pass.shared_args_decode
+    monkeypatch.setattr(args_pass, "shared_args_decode", lambda *a, **k: calls.append(1) or real(*a, **k))
+    after = _cells(_run(tmp_path))
+    assert not calls
+    key = lost.relative_to(store.root).as_posix()
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rows]  # noqa: E731
+    assert strip(after[key][0]) == strip(before[key][0])
