@@ -5,7 +5,8 @@ PERSALIGN_CACHE, so frozen features, embeddings and the converted model are
 all computed), measures its wall time and peak resident memory (the child's
 ru_maxrss, what `/usr/bin/time -v` reports), then reads the run's own timing
 records for the per-stage seconds (the report's cost table, total row) and
-the highest per-cell peak. `--from-run DIR` only reads a finished run.
+the highest per-cell peak, and ARGS's candidate forwards per stage: needed by each method deployed alone
+and done by the shared pass (issue #42). `--from-run DIR` only reads a finished run.
 
     python benchmarks/bench_study.py configs/study_news.yaml              # the issue #6 figure (~2 h on 2 cores)
     python benchmarks/bench_study.py configs/study_news.yaml --quick
@@ -42,6 +43,23 @@ def run_figures(run_dir: Path) -> dict:
             "stage_seconds": {name: round(seconds, 1) for name, seconds in stages.items()},
             "stage_seconds_total": round(sum(stages.values()), 1),
             "max_cell_peak_memory_mib": round(float(frame["peak_memory_mib"].max()), 1)}
+
+
+def shared_pass_figures(run_dir: Path) -> dict:
+    """ARGS candidate forwards per stage over every cell: needed (each method deployed alone), done (by the
+    shared pass, issue #42), the share saved, and the near-tie steps the pass counted."""
+    from persalign.runner.store import RunStore
+
+    totals: dict[str, dict[str, float]] = {}
+    for metrics in RunStore(run_dir).all_metrics():
+        for stage, counts in (metrics.get("args_candidate_forwards") or {}).items():
+            for key, value in counts.items():
+                totals.setdefault(stage, {}).setdefault(key, 0.0)
+                totals[stage][key] += value or 0
+    for counts in totals.values():
+        counts["saved_share"] = round(1 - counts["done"] / counts["needed"], 3) if counts.get("needed") else 0.0
+        counts["done"] = round(counts["done"], 1)
+    return {"args_candidate_forwards": totals}
 
 
 def run_study(config: str, quick: bool, overrides: list[str], output: Path, cold: bool) -> dict:
@@ -82,7 +100,8 @@ def main() -> None:
     parser.add_argument("--no-floor", action="store_true", help="skip seconds ÷ floor per stage (bench_floor.py)")
     args = parser.parse_intermixed_args()  # overrides may follow --quick
     if args.from_run:
-        emit({"machine": machine(), **run_figures(args.from_run), **floor_figures(args.from_run, args.no_floor)})
+        emit({"machine": machine(), **run_figures(args.from_run), **shared_pass_figures(args.from_run),
+              **floor_figures(args.from_run, args.no_floor)})
         return
     if not args.config:
         parser.error("give a study config, or --from-run DIR")
@@ -90,7 +109,8 @@ def main() -> None:
         output = Path(args.output or scratch)
         measured = run_study(args.config, args.quick, args.overrides, output, cold=not args.warm)
         (run_dir,) = [p.parent for p in output.glob("*/config.yaml")] or [output]
-        emit({"machine": machine(), **measured, **run_figures(run_dir), **floor_figures(run_dir, args.no_floor)})
+        emit({"machine": machine(), **measured, **run_figures(run_dir), **shared_pass_figures(run_dir),
+              **floor_figures(run_dir, args.no_floor)})
 
 
 if __name__ == "__main__":

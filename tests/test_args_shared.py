@@ -93,7 +93,11 @@ def test_a_run_decodes_every_method_and_seed_in_shared_passes_as_it_would_alone(
     """3 methods × 2 seeds with the pass and without: the same λ curves and choices, the same generations and
     scores except rows with a counted near-tie; the rows record fewer candidate forwards done than needed.
     Fails before issue #42 (no shared pass: done = needed, no such columns)."""
-    shared, alone = _cells(_run(tmp_path / "shared")), _cells(_run(tmp_path / "alone", "args.shared_pass=false"))
+    shared_store = _run(tmp_path / "shared")
+    shared, alone = _cells(shared_store), _cells(_run(tmp_path / "alone", "args.shared_pass=false"))
+    summaries = [m["args_candidate_forwards"] for m in shared_store.all_metrics() if "args_candidate_forwards" in m]
+    assert len(summaries) == 6 and not shared_store.problems  # every ARGS cell readable, with its forwards
+    assert all(s["generation"]["done"] <= s["generation"]["needed"] for s in summaries)
     assert shared.keys() == alone.keys()
     needed = done = 0
     for cell, (rows, choice) in shared.items():

@@ -125,8 +125,19 @@ class ArgsDeployment(TrainedDeployment):
                 "top_k": self.args.top_k,
                 **({"truncation_ties": ties} if ties else {}), **self.training_settings()}
 
+    def finish(self, metrics: dict, rows: list[dict]) -> dict:
+        """ARGS's candidate forwards per stage: needed deployed alone, done (this cell's share of the shared
+        pass), and the near-tie steps the pass counted (issue #42)."""
+        generation = {key: sum(row.get(f"args_{column}", 0) for row in rows) for key, column in FORWARD_COLUMNS}
+        choice = {key: self.choice.get(column) for key, column in FORWARD_COLUMNS if column in self.choice}
+        metrics["args_candidate_forwards"] = {"generation": generation, **({"lambda_choice": choice} if choice else {})}
+        return metrics
+
     def summary_line(self, metrics: dict) -> str:
         return f"λ={self.lam} ({self.choice['rule']}), " + super().summary_line(metrics)
+
+
+FORWARD_COLUMNS = (("needed", "candidate_forwards"), ("done", "candidate_forwards_done"), ("near_ties", "near_ties"))
 
 
 def lambda_path(ctx):

@@ -28,7 +28,6 @@ from persalign.decoding import clean_generation
 from persalign.metrics.ranking import outcomes
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 from persalign.rewards.train import PairData, pair_data
-from persalign.scoring import response_logprobs
 
 
 def policy_accuracy_curve(lp_chosen, lp_rejected, r_chosen, r_rejected, lambdas) -> np.ndarray:
@@ -91,12 +90,20 @@ def choose_lambda(ctx, trained, decoded: dict | None = None) -> dict:
     if rule == "harmonic":
         completions = run.dataset.completion_by_id()
         references = [completions[i].reference for i in val_ids]  # each pair's own reference
+        if decoded is None:
+            decoded = decode_grid(ctx, trained, val)
         curve.update(harmonic_curve(ctx, trained, val, references, accuracy, decoded))
-        objective = curve["harmonic"]
-    else:
-        objective = accuracy
-    lam, _ = best_lambda(grid, objective)
+        lam, _ = best_lambda(grid, curve["harmonic"])
+        needed = candidate_forwards(decoded, generation.max_new_tokens)
+        return {"lambda": lam, "rule": rule, "curve": curve, "candidate_forwards": needed,
+                "candidate_forwards_done": needed, "near_ties": 0}  # alone; the shared pass records its own
+    lam, _ = best_lambda(grid, accuracy)
     return {"lambda": lam, "rule": rule, "curve": curve}
+
+
+def candidate_forwards(decoded: dict, max_new_tokens: int) -> int:
+    """ARGS candidate forwards of the grid's nonzero λ decodes (λ = 0 is greedy: none), one per step."""
+    return sum(min(len(ids) + 1, max_new_tokens) for lam, rows in decoded.items() if lam != 0 for ids in rows)
 
 
 def decode_greedy(ctx, trained, val: PairData) -> list[list[int]]:
@@ -143,10 +150,18 @@ def decode_grid(ctx, trained, val: PairData) -> dict[float, list[list[int]]]:
     return out
 
 
+def inverse_perplexity(policy, prompts: list[list[int]], texts: list[str], generation) -> float:
+    """Mean over items of exp(mean log π(y_t | x, y<t)). The sums come from the policy's log-prob memo: a text
+    that every method and seed writes (greedy's at λ = 0, and theirs wherever the reward did not change it)
+    is scored once per policy, not once per method × seed × λ (issue #42)."""
+    responses = [policy.formatter.response_ids(t) for t in texts]
+    sums = logprob_sums(policy.lm, prompts, responses, generation.batch_size, policy.memo, generation.token_budget)
+    return float(np.mean([np.exp(s / len(r)) if len(r) else 0.0 for s, r in zip(sums, responses)]))
+
+
 def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy, decoded=None) -> dict:
     """ARGS on the validation prompts at each λ: ROUGE-1, inverse perplexity and their harmonic mean with accuracy."""
     config, policy = ctx.run.config, ctx.policy
-    batch_size = config.generation.batch_size
     if decoded is None:
         decoded = decode_grid(ctx, trained, val)
     elif 0 in config.args.lambdas:
@@ -155,9 +170,7 @@ def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy,
     for lam, acc in zip(config.args.lambdas, accuracy):
         texts = [clean_generation(policy.lm.tokenizer, ids) for ids in decoded[lam]]
         r1 = float(np.mean([s["rouge1"] for s in ctx.run.rouge.score(texts, references)]) / 100)
-        lps = response_logprobs(policy.lm, val.prompts, [policy.formatter.response_ids(t) for t in texts], batch_size,
-                                config.generation.token_budget)
-        inv_ppl = float(np.mean([np.exp(lp.mean()) if len(lp) else 0.0 for lp in lps]))
+        inv_ppl = inverse_perplexity(policy, val.prompts, texts, config.generation)
         out["rouge1"].append(r1)
         out["inverse_perplexity"].append(inv_ppl)
         out["harmonic"].append(harmonic_mean([r1, inv_ppl, acc / 100]))

@@ -79,7 +79,7 @@ class ArgsPass:
             if index == 0:  # the shared decodes are charged to the member that needed them first
                 choice["seconds"] += shared_s
                 choice["shared_flops"] += work.get("flops", 0.0) + work.get("flops_shared", 0.0)
-            choice.update(forwards.get(cell, {}), shared_pass=len(todo))
+            choice.update(forwards.get(cell, {}), shared_pass_members=len(todo))
             write_atomic(lambda_path(ctx), json.dumps(choice, indent=2))
 
     def _decode_grids(self, todo: list) -> tuple[dict, dict]:
