@@ -75,7 +75,9 @@ TINY_STUDY = [
 ]
 
 SKIPPED = {"stage_seconds", "stage_flops", "stage_shared_flops", "peak_memory_mib", "settings", "decoder_index", "seed_dependent",
-           "deployment"}  # stage_flops: metered work, padding included (tests/test_work_meter.py checks it)
+           "deployment", "args_candidate_forwards"}
+# stage_flops: metered work, padding included (tests/test_work_meter.py checks it); args_candidate_forwards: the
+# work the shared ARGS pass did, which depends on the backend (Ray decodes each cell alone; tests/test_args_shared.py)
 ROW_COLUMNS = ("generation", "s_chosen", "s_rejected", "rm_chosen", "rm_rejected", "rm_score", "win")
 
 

@@ -13,11 +13,10 @@ TEXTS = ["rain", "a long day at the council", "markets fall", "the mayor speaks 
 USERS = ["u0", "u1", "u2", "u3"]
 
 
-def heads(lm) -> dict:
+def heads(lm, names=("global_rm", "lore", "global_rm_v2")) -> dict:
     """Several methods (last- and mean-pooled) and seeds: each a head of its own."""
     hidden = lm.model.config.hidden_size
-    return {(name, seed): random_method(name, hidden, seed=seed)
-            for name in ("global_rm", "lore", "global_rm_v2") for seed in (0, 1)}
+    return {(name, seed): random_method(name, hidden, seed=seed) for name in names for seed in (0, 1)}
 
 
 def alone(lm, method, prompts, lam, top_k, max_new) -> list[list[int]]:
@@ -135,3 +134,38 @@ def test_a_resumed_run_reads_the_shared_batches_it_had_decoded(tmp_path, cache_d
     key = lost.relative_to(store.root).as_posix()
     strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("_s")} for r in rows]  # noqa: E731
     assert strip(after[key][0]) == strip(before[key][0])
+
+
+def test_methods_at_lambda_zero_decode_each_batch_once(tmp_path, cache_dir, monkeypatch):
+    """λ = 0 is greedy for every method: 3 methods × 2 seeds at a fixed λ = 0 decode each query batch once,
+    not 6 times, and write the same outputs. Fails before issue #42 (each cell decoded its batches)."""
+    from persalign.decoders import args
+
+    calls, real = [], args.decode_from
+    monkeypatch.setattr(args, "decode_from", lambda *a, **k: calls.append(1) or real(*a, **k))
+    cells = _cells(_run(tmp_path, "args.selection=fixed", "args.fixed_lambda=0"))
+    generations = {tuple(r["generation"] for r in rows) for key, (rows, _) in cells.items() if "Zero-Shot" not in key}
+    assert len(generations) == 1
+    batches = len({r["batch"] for rows, _ in cells.values() for r in rows if "batch" in r} or {0})
+    assert 0 < len(calls) <= batches < 6
+
+
+@pytest.mark.needs_models
+def test_smollm2_rows_of_one_pass_decode_as_each_head_alone():
+    """The same check on SmolLM2-135M and real headlines: 4 heads × 2 λ over 3 prompts in one pass."""
+    from persalign.data.demo_authors import demo_records
+    from persalign.models.loading import load_causal_lm
+    from persalign.prompts import PromptFormatter
+
+    lm = load_causal_lm("smollm2-135m-instruct")
+    formatter = PromptFormatter(lm.tokenizer, "headline")
+    prompts = [formatter.prompt_ids(r["input"]) for r in demo_records()[:3]]
+    rows, expected = [], []
+    for method in heads(lm, ("global_rm_v2", "lore")).values():
+        for lam in (0.1, 1.0):
+            rows += [HeadRow(tuple(p), method, u, lam) for p, u in zip(prompts, USERS)]
+            expected += alone(lm, method, prompts, lam, 10, 10)
+    shared = shared_args_decode(lm, rows, 10, 10)
+    differ = [i for i, (a, b) in enumerate(zip(shared.ids, expected)) if a != b]
+    assert all(shared.near_ties[i] > 0 for i in differ) and len(differ) <= len(rows) // 10, differ
+    assert len({tuple(ids) for ids in expected}) > len(prompts) and sum(shared.done) < sum(shared.needed)

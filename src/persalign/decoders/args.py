@@ -26,6 +26,7 @@ from persalign.files import DamagedFileError, fields, read_json, set_aside, writ
 from persalign.metrics.ranking import pair_outcome
 from persalign.registry import register_decoder
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd, whole_response_rewards
+from persalign.work_meter import shared_work
 
 
 def plain_prompts(formatter, examples: list) -> PreparedBatch:
@@ -93,9 +94,14 @@ class ArgsDeployment(TrainedDeployment):
 
     def _greedy(self, batch: PreparedBatch) -> Generated:
         """λ = 0 switches the reward off: ARGS's choice is the argmax of log π, so it decodes as greedy does
-        (one engine) and counts greedy's work; no candidate needs a reward."""
-        max_new = self.generation.max_new_tokens
-        ids = decode_from(self.lm, prefill(self.lm, batch.prompts), greedy, max_new)
+        (one engine) and counts greedy's work; no candidate needs a reward. A batch is decoded once per
+        policy and reused by every cell at λ = 0 (shared work)."""
+        max_new, memo = self.generation.max_new_tokens, self.ctx.policy.decoded
+        key = ("greedy", max_new, tuple(map(tuple, batch.prompts)))  # the whole batch: the same computation
+        if key not in memo:  # every method that chose λ = 0 writes these same outputs: decoded once (issue #42)
+            with shared_work(getattr(memo, "meter", None)):
+                memo[key] = decode_from(self.lm, prefill(self.lm, batch.prompts), greedy, max_new)
+        ids = [list(row) for row in memo[key]]
         shape = self.ctx.policy.shape
         return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids],
                          columns=[greedy_work(shape, len(p), len(row), max_new).columns()

@@ -101,7 +101,9 @@ class ArgsPass:
         """Every (key, method, λ) head on every prompt, prompts grouped so that a pass holds at most
         `rows_per_pass` rows; per head: ids, needed, done, near_ties in the prompts' order."""
         config = self.policy.run.config
-        per_pass = max(1, self.rows_per_pass // max(1, len(heads)))
+        if not heads:  # a grid of λ = 0 only: nothing to guide
+            return {}
+        per_pass = max(1, self.rows_per_pass // len(heads))
         out = {(key, lam): {"ids": [None] * len(prompts), "needed": [0] * len(prompts), "done": [0.0] * len(prompts),
                             "near_ties": [0] * len(prompts)} for key, _, lam in heads}
         for group in plan_generation(prompts, config.generation, self.policy.lm.device, max_items=per_pass):
