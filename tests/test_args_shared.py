@@ -150,6 +150,54 @@ def test_methods_at_lambda_zero_decode_each_batch_once(tmp_path, cache_dir, monk
     assert 0 < len(calls) <= batches < 6
 
 
+PAUSE = 0.1  # seconds added to every shared pass: far above a member's own work per batch on the tiny model
+
+
+def _slow_pass(monkeypatch, seconds: float) -> None:
+    """Every shared pass takes `seconds` longer: the charged time is then dominated by a known amount."""
+    import time
+
+    from persalign.runner import args_pass
+
+    real = args_pass.shared_args_decode
+    monkeypatch.setattr(args_pass, "shared_args_decode", lambda *a, **k: time.sleep(seconds) or real(*a, **k))
+
+
+def test_a_shared_pass_charges_its_seconds_to_every_member_by_share(tmp_path, cache_dir, monkeypatch):
+    """A pass's seconds fall on whichever cell needs it first; each member is charged its share instead (by the
+    candidate forwards its rows took), in the query batches and in the λ choice: every member's measured
+    generation and λ seconds hold part of the passes, none nearly all, and their sum is what the passes took.
+    Fails before the fix: the first member held every pass's seconds and the report showed 0.000 s / output
+    for the others."""
+    import json
+
+    from persalign.runner import args_pass
+
+    calls, real, phase, choose = [], args_pass.shared_args_decode, ["query"], args_pass.ArgsPass.choose_lambdas
+    monkeypatch.setattr(args_pass, "shared_args_decode", lambda *a, **k: calls.append(phase[0]) or real(*a, **k))
+    monkeypatch.setattr(args_pass.ArgsPass, "choose_lambdas",
+                        lambda self: phase.__setitem__(0, "λ") or choose(self) or phase.__setitem__(0, "query"))
+    _slow_pass(monkeypatch, PAUSE)
+    store = _run(tmp_path / "fixed", "args.selection=fixed", "args.fixed_lambda=3")
+    generation = [m["stage_seconds"]["generation_s"] for m in store.all_metrics() if m["decoder"] != "Zero-Shot"]
+    assert len(generation) == 6 and len(calls) > 0
+    assert sum(generation) >= PAUSE * len(calls) and max(generation) < 0.5 * sum(generation)
+    assert min(generation) > PAUSE * len(calls) / 6 / 3  # every member holds a real part of the passes
+    import sys
+    sys.path.insert(0, "benchmarks")
+    from bench_floor import done_share, metered_flops, run_work
+
+    # bench_floor sets generation's seconds against the work done, not the work counted for each cell alone
+    assert done_share(sum(run_work(store.root)["flops"].values()), metered_flops(store.root)["generation"]) < 0.8
+
+    calls.clear()
+    store = _run(tmp_path / "harmonic", "args.lambdas=[0.3,3]")  # every member decodes the grid in the pass
+    choices = [json.loads(p.read_text()) for p in sorted(store.root.glob("cells/*/*/seed-*/lambda.json"))]
+    seconds = [c["seconds"] for c in choices]
+    assert len(choices) == 6 and calls.count("λ") > 0
+    assert sum(seconds) >= PAUSE * calls.count("λ") and max(seconds) < 0.5 * sum(seconds)
+
+
 @pytest.mark.needs_models
 def test_smollm2_rows_of_one_pass_decode_as_each_head_alone():
     """The same check on SmolLM2-135M and real headlines: 4 heads × 2 λ over 3 prompts in one pass."""

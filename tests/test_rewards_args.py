@@ -135,7 +135,7 @@ def test_last_token_is_found_from_the_mask_not_the_pad_id(tiny_lm):
     rewards = method.sequence_rewards(padded, mask, method.user_ids(["u", "u"]))
     for row, s in enumerate(states):
         expected = method.token_rewards(s[None], method.user_ids(["u"]))[0, -1]
-        assert float(rewards[row]) == pytest.approx(float(expected), abs=1e-5)
+        assert rewards[row].item() == pytest.approx(expected.item(), abs=1e-5)
     assert eos is not None
 
 

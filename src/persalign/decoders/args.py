@@ -74,9 +74,9 @@ class ArgsDeployment(TrainedDeployment):
     def generate(self, batch: PreparedBatch) -> Generated:
         if self.lam == 0:
             return self._greedy(batch)
-        max_new, stats = self.generation.max_new_tokens, {}
+        max_new, stats, seconds = self.generation.max_new_tokens, {}, {}
         if self.shared_pass is not None:
-            ids, forwards = self.shared_pass.generation(self.ctx.cell, batch)
+            ids, forwards, seconds = self.shared_pass.generation(self.ctx.cell, batch)
         else:
             guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, self.args.top_k)
             ids = args_decode(self.lm, guide, batch.prompts, max_new, DecodeRecord(stats))
@@ -90,7 +90,7 @@ class ArgsDeployment(TrainedDeployment):
             work = [args_work(shapes, len(p), len(row), max_new, self.args.top_k, token_level).columns()
                     for p, row in zip(batch.prompts, ids)]
         return Generated([clean_generation(self.lm.tokenizer, row) for row in ids], [len(row) for row in ids],
-                         columns=[{**w, **f} for w, f in zip(work, forwards)])
+                         columns=[{**w, **f} for w, f in zip(work, forwards)], **seconds)
 
     def _greedy(self, batch: PreparedBatch) -> Generated:
         """λ = 0 switches the reward off: ARGS's choice is the argmax of log π, so it decodes as greedy does

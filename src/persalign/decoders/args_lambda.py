@@ -92,7 +92,9 @@ def choose_lambda(ctx, trained, decoded: dict | None = None) -> dict:
         references = [completions[i].reference for i in val_ids]  # each pair's own reference
         if decoded is None:
             decoded = decode_grid(ctx, trained, val)
-        curve.update(harmonic_curve(ctx, trained, val, references, accuracy, decoded))
+        elif 0 in grid:  # the shared pass decodes the nonzero λ; greedy comes from the policy's memo
+            decoded = {**decoded, 0.0: decode_greedy(ctx, trained, val)}
+        curve.update(harmonic_curve(ctx, val, references, accuracy, decoded))
         lam, _ = best_lambda(grid, curve["harmonic"])
         needed = candidate_forwards(decoded, generation.max_new_tokens)
         return {"lambda": lam, "rule": rule, "curve": curve, "candidate_forwards": needed,
@@ -159,13 +161,9 @@ def inverse_perplexity(policy, prompts: list[list[int]], texts: list[str], gener
     return float(np.mean([np.exp(s / len(r)) if len(r) else 0.0 for s, r in zip(sums, responses)]))
 
 
-def harmonic_curve(ctx, trained, val: PairData, references: list[str], accuracy, decoded=None) -> dict:
-    """ARGS on the validation prompts at each λ: ROUGE-1, inverse perplexity and their harmonic mean with accuracy."""
+def harmonic_curve(ctx, val: PairData, references: list[str], accuracy, decoded: dict) -> dict:
+    """ROUGE-1, inverse perplexity and their harmonic mean with accuracy of the validation outputs `decoded` at each λ."""
     config, policy = ctx.run.config, ctx.policy
-    if decoded is None:
-        decoded = decode_grid(ctx, trained, val)
-    elif 0 in config.args.lambdas:
-        decoded = {**decoded, 0.0: decode_greedy(ctx, trained, val)}
     out = {"rouge1": [], "inverse_perplexity": [], "harmonic": []}
     for lam, acc in zip(config.args.lambdas, accuracy):
         texts = [clean_generation(policy.lm.tokenizer, ids) for ids in decoded[lam]]

@@ -93,6 +93,12 @@ class Generated:
     tokens: list[int] | None = None  # generated token ids per output (the cost basis: seconds per token)
     scores: list[dict] | None = None  # generation metrics already known (Best-of-N's stored sample scores)
     columns: list[dict] | None = None  # per-row values beside the text (Best-of-N's curve points)
+    # A pass shared with other cells (runner/args_pass.py): the wall seconds this call spent in it, and this
+    # cell's share of such passes (by the work its rows took). The cell's stage is charged its share, not the
+    # whole pass (which fell on whichever cell came first), so a deployment's measured seconds mean the same
+    # whether it decoded alone or with others.
+    pass_seconds_spent: float = 0.0
+    pass_seconds_share: float = 0.0
 
 
 @dataclass

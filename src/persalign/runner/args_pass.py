@@ -11,7 +11,8 @@ the interrupted one computed. Near-ties (decoders/args_shared.py) are counted pe
 
 Costs stay honest: each row records the candidate forwards it needs deployed alone and its share of
 those the pass did; the counted FLOPs of a cell (cost.py) are its work alone. The pass's metered work
-is shared work (work_meter.py), charged to the cell that triggered it, like every other shared cache.
+is shared work (work_meter.py). A pass's wall seconds, and the λ choice's shared FLOPs, are charged to the
+members by the candidate forwards their rows took, so each deployment's measured seconds stay comparable.
 A pass holds at most `rows_per_pass` rows (batch_size × the number of nonzero λ), as the λ grid did.
 
     persalign run demo          # args.shared_pass: true (default); false decodes each cell alone
@@ -32,8 +33,18 @@ from persalign.runner.context import CellContext
 from persalign.runner.store import folder_name
 
 
+PASS_COLUMNS = ("ids", "needed", "done", "near_ties", "seconds")  # per head, per prompt
+
+
 def member_key(cell) -> str:
     return f"{cell.decoder}/seed-{cell.seed}"
+
+
+def seconds_by_share(seconds: float, shares: list[float]) -> list[float]:
+    """A shared pass's seconds split over its rows in proportion to the candidate forwards each took (a row
+    on its own path pays its forwards, rows on one path split theirs); equally where none was taken."""
+    total = sum(shares)
+    return [seconds * share / total if total else seconds / len(shares) for share in shares]
 
 
 class ArgsPass:
@@ -44,6 +55,7 @@ class ArgsPass:
         self.planned = {p.cell: p for p in planned_cells}
         self._members: dict | None = None  # cell -> trained, once known
         self._outputs: dict[str, dict] = {}  # batch hash -> member key -> decoded rows
+        self._lambdas: dict | None = None  # cell -> chosen λ, once every member has one
         config = policy_ctx.run.config
         weights = [lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0]
         self.rows_per_pass = config.generation.batch_size * max(1, len(weights))
@@ -72,13 +84,14 @@ class ArgsPass:
         if rule_of(self.policy.run) == "harmonic":
             with self.policy.meter.measure(work, "flops"):
                 decoded, forwards = self._decode_grids(todo)
-        shared_s = time.perf_counter() - started
-        for index, cell in enumerate(todo):
+        shared_s, shared_flops = time.perf_counter() - started, work.get("flops", 0.0) + work.get("flops_shared", 0.0)
+        shares = seconds_by_share(1.0, [forwards.get(cell, {}).get("candidate_forwards_done", 0.0) for cell in todo])
+        for cell, share in zip(todo, shares):
             ctx = self.context(cell)
             choice = timed_choice(ctx, ctx.trained, decoded.get(cell))
-            if index == 0:  # the shared decodes are charged to the member that needed them first
-                choice["seconds"] += shared_s
-                choice["shared_flops"] += work.get("flops", 0.0) + work.get("flops_shared", 0.0)
+            # the shared decodes are charged to each member by the candidate forwards its rows took
+            choice["seconds"] += shared_s * share
+            choice["shared_flops"] += shared_flops * share
             choice.update(forwards.get(cell, {}), shared_pass_members=len(todo))
             write_atomic(lambda_path(ctx), json.dumps(choice, indent=2))
 
@@ -88,8 +101,7 @@ class ArgsPass:
         val, _ = validation_pairs(run.dataset, run.split, self.policy.formatter, config.args.validation_size)
         weights = [lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0]
         heads = [(cell, self.members()[cell].method, lam) for cell in todo for lam in weights]
-        items = list(range(len(val)))
-        outputs = self._decode(heads, [val.prompts[i] for i in items], [val.users[i] for i in items])
+        outputs = self._decode(heads, val.prompts, val.users)
         decoded = {cell: {lam: outputs[(cell, lam)]["ids"] for lam in weights} for cell in todo}
         forwards = {cell: {"candidate_forwards": sum(sum(outputs[(cell, lam)]["needed"]) for lam in weights),
                            "candidate_forwards_done": sum(sum(outputs[(cell, lam)]["done"]) for lam in weights),
@@ -104,33 +116,43 @@ class ArgsPass:
         if not heads:  # a grid of λ = 0 only: nothing to guide
             return {}
         per_pass = max(1, self.rows_per_pass // len(heads))
-        out = {(key, lam): {"ids": [None] * len(prompts), "needed": [0] * len(prompts), "done": [0.0] * len(prompts),
-                            "near_ties": [0] * len(prompts)} for key, _, lam in heads}
+        out = {(key, lam): {column: [None if column == "ids" else 0] * len(prompts) for column in PASS_COLUMNS}
+               for key, _, lam in heads}
         for group in plan_generation(prompts, config.generation, self.policy.lm.device, max_items=per_pass):
             rows = [(i, key, HeadRow(tuple(prompts[i]), method, users[i], lam))
                     for i in group for key, method, lam in heads]
+            started = time.perf_counter()
             with self.policy.meter.shared():
                 result = shared_args_decode(self.policy.lm, [r for _, _, r in rows], config.generation.max_new_tokens,
                                             config.args.top_k)
+            seconds = seconds_by_share(time.perf_counter() - started, result.done)
             for n, (i, key, row) in enumerate(rows):
                 slot = out[(key, row.lam)]
                 slot["ids"][i], slot["needed"][i] = result.ids[n], result.needed[n]
                 slot["done"][i], slot["near_ties"][i] = result.done[n], result.near_ties[n]
+                slot["seconds"][i] = seconds[n]
         return out
 
-    def generation(self, cell, batch) -> tuple[list[list[int]], list[dict]]:
-        """This member's ARGS outputs of a batch of query prompts and each row's candidate forwards."""
+    def generation(self, cell, batch) -> tuple[list[list[int]], list[dict], dict]:
+        """This member's ARGS outputs of a batch of query prompts, each row's candidate forwards, and the
+        seconds this call spent decoding for every member and this member's share of them (Generated's
+        pass_seconds_spent / pass_seconds_share)."""
         digest = hashlib.sha256(json.dumps([batch.prompts, batch.users]).encode()).hexdigest()[:20]
         path = self.folder / f"generation-{digest}.json"
-        outputs = self._outputs.get(digest) or self._read(path)
+        outputs, spent = self._outputs.get(digest) or self._read(path), 0.0
         if member_key(cell) not in outputs:
+            self.lambdas()  # chosen before the clock starts: the λ choice is its own stage
+            started = time.perf_counter()
             outputs = self._decode_batch(batch)
+            spent = time.perf_counter() - started
             write_atomic(path, json.dumps(outputs))
         self._outputs[digest] = outputs
         rows = outputs[member_key(cell)]
         max_new = self.policy.run.config.generation.max_new_tokens
-        return rows["ids"], [alone_forwards(ids, max_new, done, ties) for ids, done, ties
-                             in zip(rows["ids"], rows["done"], rows["near_ties"])]
+        forwards = [alone_forwards(ids, max_new, done, ties) for ids, done, ties
+                    in zip(rows["ids"], rows["done"], rows["near_ties"])]
+        return rows["ids"], forwards, {"pass_seconds_spent": spent,
+                                       "pass_seconds_share": sum(rows.get("seconds", []))}
 
     def _read(self, path) -> dict:
         if not path.exists():
@@ -141,12 +163,16 @@ class ArgsPass:
             set_aside(path, error.problem, "the batch is decoded again")
             return {}
 
+    def lambdas(self) -> dict:
+        """Every member's chosen λ, chosen (together) where missing, read once per run."""
+        if self._lambdas is None:
+            self.choose_lambdas()
+            self._lambdas = {cell: read_choice(lambda_path(self.context(cell)))["lambda"] for cell in self.members()}
+        return self._lambdas
+
     def _decode_batch(self, batch) -> dict:
-        self.choose_lambdas()
-        heads = []
-        for cell in self.members():
-            lam = read_choice(lambda_path(self.context(cell)))["lambda"]
-            if lam != 0:  # λ = 0 decodes greedily, with no reward: not a row of the pass
-                heads.append((member_key(cell), self.members()[cell].method, lam))
+        # λ = 0 decodes greedily, with no reward: not a row of the pass
+        heads = [(member_key(cell), self.members()[cell].method, lam)
+                 for cell, lam in self.lambdas().items() if lam != 0]
         out = self._decode(heads, batch.prompts, batch.users)
         return {key: out[(key, lam)] for key, _, lam in heads}

@@ -80,6 +80,8 @@ def evaluate_batch(deployment, generate: bool, batch: list[Example], index: int,
     with timed(timings, "generation_s", meter):
         if generate or deployment.always_generates:
             generated = deployment.generate(prepared)
+    if generated is not None:  # a shared pass is charged to its cells by share (decoders/base.Generated)
+        timings["generation_s"] += generated.pass_seconds_share - generated.pass_seconds_spent
     with timed(timings, "scoring_s", meter):
         pairs = deployment.score_pairs(prepared, generated if generate else None)
     check_finite(pairs, getattr(deployment, "label", type(deployment).__name__))
