@@ -6,10 +6,12 @@ decode, ARGS candidates).
 
 Generation's work per part comes from the run's stored counted work (`counted_work` of every cell:
 prompt tokens prefilled, tokens decoded, candidate tokens scored; FLOPs by `persalign.cost.forward_flops`
-with the mean prompt length as context). Every other stage's work is what the run metered
-(`persalign.work_meter`: `stage_flops` of each cell, `features_flops` / `training_flops` of each trained
-model, `lambda_flops` of each λ choice; runs from before the meter have none and get no floor); its floor
-is that work at the prefill rate, the fastest this machine runs the model (an optimistic floor).
+with the mean prompt length as context); where the run metered less generation work than that (shared
+ARGS passes and memos, issue #42: counted work is each cell alone), the floor is scaled to the work done.
+Every other stage's work is what the run metered (`persalign.work_meter`: `stage_flops` of each cell,
+`features_flops` / `training_flops` of each trained model, `lambda_flops` of each λ choice; runs from
+before the meter have none and get no floor); its floor is that work at the prefill rate, the fastest
+this machine runs the model (an optimistic floor).
 
     python benchmarks/bench_floor.py --from-run runs/study-news-full/study_news
     python benchmarks/bench_floor.py --from-run RUN --quick      # shorter rate measurements
@@ -86,19 +88,33 @@ def floor_report(run_dir: Path, reps: int = 5) -> dict:
     measured = measure_rates(reps)
     work = run_work(run_dir)
     rates = measured["gflop_per_s"]
-    floor = {part: flops / (rates[part] * 1e9) for part, flops in work["flops"].items()}
-    generation_s = work["seconds"].get("generation", 0.0)
+    counted_floor = {part: flops / (rates[part] * 1e9) for part, flops in work["flops"].items()}
+    generation_s, metered = work["seconds"].get("generation", 0.0), metered_flops(run_dir)
     print("machine rates (GFLOP/s): " + ", ".join(f"{k} {v:.1f}" for k, v in rates.items()))
-    print("generation work (GFLOP): " + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in work["flops"].items()))
-    print("generation floor (s):    " + ", ".join(f"{k} {v:.0f}" for k, v in floor.items())
-          + f"; total {sum(floor.values()):.0f}")
-    print(f"generation measured:     {generation_s:.0f} s = {generation_s / sum(floor.values()):.2f} × floor")
-    stages = other_stages(work["seconds"], metered_flops(run_dir), rates["prefill"])
+    print("generation work (GFLOP): " + ", ".join(f"{k} {v / 1e9:.0f}" for k, v in work["flops"].items())
+          + " (counted: each cell alone)")
+    print("generation floor (s):    " + ", ".join(f"{k} {v:.0f}" for k, v in counted_floor.items())
+          + f"; total {sum(counted_floor.values()):.0f}")
+    done = done_share(sum(work["flops"].values()), metered.get("generation", 0.0))
+    floor = sum(counted_floor.values()) * done
+    if done < 1:
+        print(f"generation done:         {metered['generation'] / 1e9:.0f} GFLOP metered = {done:.0%} of the counted "
+              f"work (shared ARGS passes, memos); floor of the work done {floor:.0f} s (the counted mix of parts)")
+    print(f"generation measured:     {generation_s:.0f} s = {generation_s / floor:.2f} × floor")
+    stages = other_stages(work["seconds"], metered, rates["prefill"])
     floored = generation_s + sum(s["seconds"] for s in stages.values() if s["floor_s"])
-    whole = floored / (sum(floor.values()) + sum(s["floor_s"] or 0 for s in stages.values()))
+    whole = floored / (floor + sum(s["floor_s"] or 0 for s in stages.values()))
     print(f"stages with a floor:     {floored:.0f} s of {sum(work['seconds'].values()):.0f} s = {whole:.2f} × floor")
-    return {**measured, **work, "generation_floor_s": floor, "generation_over_floor": generation_s / sum(floor.values()),
-            "stages": stages, "whole_over_floor": whole}
+    return {**measured, **work, "generation_floor_s": counted_floor, "generation_done_share": done,
+            "generation_over_floor": generation_s / floor, "stages": stages, "whole_over_floor": whole}
+
+
+def done_share(counted: float, metered: float) -> float:
+    """The share of generation's counted work (each cell alone) that the run did. The meter counts padding
+    too, so it reads above the count where nothing was shared: then 1. Shared ARGS passes and memos (issue
+    #42) do less than the cells' counted work; the floor is then set on what was done, assuming the work done
+    has the counted mix of prefill, decode and candidates (the meter sums them)."""
+    return min(1.0, metered / counted) if metered and counted else 1.0
 
 
 def other_stages(seconds: dict, metered: dict, prefill_rate: float) -> dict:
