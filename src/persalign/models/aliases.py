@@ -71,8 +71,12 @@ def _convert_smollm(cache_dir: Path) -> Path:
     staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
     plain.save_pretrained(staging)
     tokenizer.save_pretrained(staging)
-    shutil.rmtree(target, ignore_errors=True)
-    staging.rename(target)  # atomic: an interrupted conversion leaves no half folder
+    if not (target / "config.json").exists():
+        shutil.rmtree(target, ignore_errors=True)  # a half folder from before atomic conversions
+    try:
+        staging.rename(target)  # atomic: an interrupted conversion leaves no half folder
+    except OSError:  # another process converted it meanwhile (parallel tests, two runs): keep theirs
+        shutil.rmtree(staging, ignore_errors=True)
     return target
 
 

@@ -23,6 +23,7 @@ from tqdm.auto import tqdm
 from persalign.errors import ModelLoadError
 from persalign.files import set_aside, short
 from persalign.models.aliases import default_cache_dir
+from persalign.models.numerics import kernel_tag
 from persalign.registry import EMBEDDERS, MODELS, register_embedder
 
 
@@ -53,21 +54,22 @@ class TransformerEmbedder:
     def __init__(self, name: str, cache_dir: str | None = None, device: str = "cpu", batch_size: int = 64):
         from transformers import AutoModel, AutoTokenizer
 
-        from persalign.models.loading import from_pretrained, resolve_model_path
+        from persalign.models.loading import from_pretrained, load_weights, resolve_model_path
 
         path = resolve_model_path(name, cache_dir)
         what, hint = f"embedding model {name!r}", "set data.embedder (hashing-bow needs no model)"
         self.tokenizer = from_pretrained(AutoTokenizer, path, what, hint)
-        self.model = from_pretrained(AutoModel, path, what, hint).to(device).eval()
+        self.model = load_weights(AutoModel, path, what, hint).to(device).eval()
         self.device = device
+        self.name = name
         self.batch_size = batch_size
-        self.key = re.sub(r"[^\w.-]", "_", name)
+        self.key = re.sub(r"[^\w.-]", "_", name) + f"-{kernel_tag(device)}"  # other kernels: other last digits
 
     @torch.no_grad()
     def encode(self, texts: list[str]) -> np.ndarray:
         chunks = []
         starts = range(0, len(texts), self.batch_size)
-        for start in tqdm(starts, desc=f"embedding with {self.key}", unit="batch", leave=False,
+        for start in tqdm(starts, desc=f"embedding with {self.name}", unit="batch", leave=False,
                           disable=True if len(starts) < 8 else None):
             batch = self.tokenizer(
                 texts[start : start + self.batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"

@@ -79,6 +79,49 @@ def from_pretrained(loader, path: str, what: str, hint: str = LM_HINT, **kwargs)
                              f"{str(exc).splitlines()[0][:200]}); {hint}") from None
 
 
+def load_weights(loader, path: str, what: str, hint: str = LM_HINT, **kwargs):
+    """A pretrained model whose checkpoint fills exactly its parameters: a weight missing (left randomly
+    initialised) or unexpected (the checkpoint is another architecture) is one ModelLoadError naming the model
+    and the weights, never a warning above wrong numbers (bert-score once built a random T5 encoder for any
+    folder whose path contains "t5"). The library's own load report is kept off the terminal."""
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model, info = from_pretrained(loader, path, what, hint, output_loading_info=True, **kwargs)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    for kind in ("missing_keys", "unexpected_keys", "mismatched_keys"):
+        names = sorted(str(name) for name in info.get(kind) or ())
+        if names:
+            shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            raise ModelLoadError(f"could not load {what} from {path}: its checkpoint does not fit "
+                                 f"{type(model).__name__} ({kind.replace('_', ' ')}: {shown}), so its numbers "
+                                 f"would come from randomly initialised weights; {hint}")
+    return model
+
+
+def encoder_layers(path: str, what: str, hint: str) -> int:
+    """How many layers the encoder at `path` has (its config alone: checks run before any weight is read)."""
+    from transformers import AutoConfig
+
+    config = from_pretrained(AutoConfig, path, what, hint)
+    return getattr(config, "num_hidden_layers", None) or config.num_layers
+
+
+def load_encoder(path: str, what: str, hint: str):
+    """(encoder, slow tokenizer) at `path`, e.g. for BERTScore; an encoder-decoder checkpoint gives its
+    encoder. On CUDA where present, as bert-score did."""
+    from transformers import AutoModel, AutoTokenizer
+
+    tokenizer = from_pretrained(AutoTokenizer, path, what, hint, use_fast=False)
+    model = load_weights(AutoModel, path, what, hint)
+    if getattr(model.config, "is_encoder_decoder", False):
+        model = model.get_encoder()
+    return model.to(resolve_device("auto")).eval(), tokenizer
+
+
 def load_causal_lm(name: str, device: str = "auto", dtype: str = "auto", cache_dir: str | None = None) -> LoadedLM:
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
@@ -89,7 +132,7 @@ def load_causal_lm(name: str, device: str = "auto", dtype: str = "auto", cache_d
 
         path = resolve_model_path(name, cache_dir)
         tokenizer = from_pretrained(AutoTokenizer, path, f"causal LM {name!r}")
-        model = from_pretrained(AutoModelForCausalLM, path, f"causal LM {name!r}", dtype=torch_dtype)
+        model = load_weights(AutoModelForCausalLM, path, f"causal LM {name!r}", dtype=torch_dtype)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.to(device=torch_device, dtype=torch_dtype).eval()

@@ -27,6 +27,7 @@ from persalign.batching import default_budget, plan_batches
 from persalign.decoding import Prefill, left_pad
 from persalign.files import DamagedFileError, read_tensors, set_aside
 from persalign.models.loading import decoder_stack
+from persalign.models.numerics import kernel_tag
 from persalign.scoring import continue_from_prefill, right_pad
 from persalign.work_meter import shared_work
 
@@ -70,7 +71,7 @@ class RewardBackbone:
         # The folder names the feature pass: caches filled by the padded pass of earlier versions hold
         # other floats for the same pairs and are not mixed in.
         self.cache_path = (None if cache_dir is None or trainable
-                           else Path(cache_dir) / "features" / f"{key}-{FEATURE_PASS}")
+                           else Path(cache_dir) / "features" / f"{key}-{FEATURE_PASS}-{kernel_tag(lm.device.type)}")
         self._cache: dict[str, torch.Tensor] = {}
         self._unsaved: set[str] = set()
         self.meter = None  # a WorkMeter: filling the cache is shared work (every method reads it)

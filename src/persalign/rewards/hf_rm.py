@@ -185,11 +185,11 @@ def load_classifier(name: str):
     """(classifier, tokenizer) of a sequence-classification RM with one output, on the CPU/GPU it fits."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from persalign.models.loading import from_pretrained
+    from persalign.models.loading import from_pretrained, load_weights
 
     path, what = classifier_labels(name)
     tokenizer = from_pretrained(AutoTokenizer, path, what, HINT)
-    classifier = from_pretrained(AutoModelForSequenceClassification, path, what, HINT).eval()
+    classifier = load_weights(AutoModelForSequenceClassification, path, what, HINT).eval()
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     classifier.config.pad_token_id = tokenizer.pad_token_id

@@ -7,6 +7,7 @@ provide a cell's trained component, run one cell. `runner/run.py` (local) and `r
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from persalign.batching import fixed_groups
@@ -20,6 +21,7 @@ from persalign.metrics.generation import RougeMetric
 from persalign.models.device import resolve_device
 from persalign.models.embedders import load_embedder
 from persalign.models.loading import load_causal_lm
+from persalign.models.numerics import differences, numerics
 from persalign.prompts import PromptFormatter, context_length, prompt_budget
 from persalign.registry import DECODERS, METRICS
 from persalign.runner import provenance
@@ -67,7 +69,21 @@ def open_store(config: RunConfig, out_dir: str | Path, log) -> tuple[RunStore, l
     store.prepare(to_dict(config), provenance.collect(str(resolve_device(config.device)), config.seeds, inputs))
     todo = [p for p in cells if not store.is_complete(p.cell)]
     log(f"run dir {store.root}: {len(cells)} cells, {len(cells) - len(todo)} already complete")
+    say_other_machine(store, [p.cell for p in cells if p not in todo], log)
     return store, cells, todo
+
+
+def say_other_machine(store: RunStore, done: list, log) -> None:
+    """One line when stored cells were computed with another CPU, kernel set or thread count than this process."""
+    now = numerics()
+    for cell in done:
+        before = json.loads((store.cell_dir(cell) / "metrics.json").read_text()).get("numerics")
+        changed = differences(before, now) if before else ["not recorded (computed before issue #51)"]
+        if changed:
+            log(f"note: resuming on another machine or setting than the stored cells' ({'; '.join(changed)}); "
+                "persalign's pinned kernels give the same numbers at any thread count, but CPUs of another vendor "
+                "or instruction set can differ in the last digits of raw scores (docs/reliability.md, section 'Same numbers on every machine')")
+            return
 
 
 def run_context(config: RunConfig, store: RunStore, log) -> RunContext:

@@ -29,6 +29,7 @@ from persalign.errors import NonFiniteScores
 from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
 from persalign.records import Comparison, Completion
+from persalign.models.numerics import numerics
 from persalign.runner.provenance import peak_memory_mib
 
 
@@ -260,6 +261,7 @@ def cell_metrics(deployment, ctx, rows: list[dict]) -> dict:
         **stage_flops(timings),
         "counted_work": counted_work(rows, ctx),
         "peak_memory_mib": peak_memory_mib(),
+        "numerics": numerics(),  # the CPU, kernels and threads this cell was computed with
         "settings": {"decoder_name": planned.decoder, "decoder_index": planned.decoder_index,
                      **run.metric_settings(), **deployment.settings()},
     }

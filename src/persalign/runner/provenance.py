@@ -18,6 +18,8 @@ from pathlib import Path
 
 import torch
 
+from persalign.models.numerics import numerics
+
 PACKAGES = ("persalign", "torch", "transformers", "peft", "rouge-score", "bert-score", "numpy", "scipy", "pandas")
 
 
@@ -87,5 +89,6 @@ def collect(device: str, seeds: list[int], inputs: dict[str, str] | None = None)
         "packages": package_versions(),
         "device": device,
         "torch_threads": torch.get_num_threads(),
+        "numerics": numerics(),
         "seeds": seeds,
     }

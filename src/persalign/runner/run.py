@@ -20,6 +20,7 @@ from pathlib import Path
 from persalign.config import RunConfig
 from persalign.config_checks import validate
 from persalign.model_checks import preflight
+from persalign.models.numerics import pin_numerics
 from persalign.runner import provenance
 from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: also used from here by tests)
     check_plan, load_policy, need_key, open_store, policy_context, run_context, run_planned, shared_args_pass,
@@ -36,6 +37,7 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
     `backend` None runs the cells here, one after another; a `ray_backend.RayOptions` runs them as Ray tasks.
     """
     validate(config)
+    say_unpinned_kernels(pin_numerics(config.threads), log)
     check_plan(config)  # before the run dir (and its lock) is made
     preflight(config)  # the device, the cache folder, the models' vocabulary and context
     with locked(out_dir, log):
@@ -44,6 +46,14 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
 
             return run_cells_on_ray(config, out_dir, backend, log)
         return _run_cells(config, out_dir, log)
+
+
+def say_unpinned_kernels(record: dict, log) -> None:
+    """One line where torch chose its kernels before persalign could pin them (a notebook that ran torch)."""
+    if record["kernels"] != "DEFAULT":
+        log(f"note: torch already ran its {record['kernels']} kernels in this process before persalign could pin "
+            "them, so the last digits of scores may differ from a run on another CPU; run persalign in a fresh "
+            "process for machine-independent numbers (docs/reliability.md, section 'Same numbers on every machine')")
 
 
 def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:

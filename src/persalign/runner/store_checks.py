@@ -17,7 +17,7 @@ OBJECT_OR_NULL = (dict, type(None))
 METRICS_OTHER_KINDS = {"decoder_name": str, "decoder_index": int, "seed_dependent": bool, "deployment": OBJECT_OR_NULL,
                        "settings": OBJECT_OR_NULL, "counted_work": OBJECT_OR_NULL, "stage_seconds": OBJECT_OR_NULL,
                        "stage_flops": OBJECT_OR_NULL, "stage_shared_flops": OBJECT_OR_NULL,
-                       "args_candidate_forwards": OBJECT_OR_NULL}
+                       "args_candidate_forwards": OBJECT_OR_NULL, "numerics": OBJECT_OR_NULL}
 
 
 def metrics_problem(metrics) -> str | None:
