@@ -68,3 +68,29 @@ def test_more_users_or_queries_detect_less_and_proposals_fit_the_budget():
     assert designs and all(d["hours"] <= 2.0 for d in designs)
     best = designs[0]
     assert best["users"] * best["queries"] <= 200 and best["detectable"] == min(d["detectable"] for d in designs)
+
+
+@pytest.mark.parametrize("between", [7.5, 3.0])
+def test_variance_components_are_unbiased_with_unequal_queries_per_user(between):
+    """16 users with 1-4 queries each (issue #52): the n₀-corrected between-user variance is unbiased; the
+    arithmetic mean of the counts (the estimator before) over-stated it by σ_w² · (mean(1/n) − 1/mean(n))."""
+    from persalign.planning_power import variance_components
+
+    rng, within, estimates, before = np.random.default_rng(1), 19.9, [], []
+    for _ in range(4000):
+        counts = rng.integers(1, 5, size=16)
+        groups = [rng.normal(rng.normal(0, between), within, size=n) for n in counts]
+        estimates.append(variance_components(groups)[0])
+        means = [g.mean() for g in groups]
+        pooled = sum(((g - g.mean()) ** 2).sum() for g in groups) / (counts.sum() - len(groups))
+        before.append(np.var(means, ddof=1) - pooled / counts.mean())
+    standard_error = np.std(estimates) / np.sqrt(len(estimates))
+    assert abs(np.mean(estimates) - between ** 2) < 4 * standard_error
+    assert np.mean(before) - between ** 2 > 8 * standard_error  # what the test would have caught
+
+
+def test_the_queries_per_user_of_a_design_are_their_harmonic_mean():
+    from persalign.planning_power import harmonic_queries
+
+    assert harmonic_queries([1, 3]) == pytest.approx(1.5) and harmonic_queries([2, 2, 2]) == 2
+    assert harmonic_queries([]) == 0.0 and harmonic_queries([0, 4]) == 4

@@ -93,9 +93,9 @@ def plan_report(config, options: PlanOptions) -> str:
 
 def power_lines(design: Design, components, seconds: dict, options: PlanOptions) -> list[str]:
     """What this design detects, and (with a budget) the users × queries that detect the least in it."""
-    from persalign.planning_power import detectable, propose
+    from persalign.planning_power import detectable, harmonic_queries, propose
 
-    users, queries = len(design.queries), design.query_items / max(1, len(design.queries))
+    users, queries = len(design.queries), harmonic_queries(design.queries.values())  # unequal counts: harmonic
     now = detectable(users, queries, components.between, components.within)
     lines = [f"Finding 3 (best ICL − best reward method, ROUGE-1): between-user sd {components.between:.1f}, "
              f"within-user sd {components.within:.1f} (from {components.source}); this design detects "

@@ -44,6 +44,25 @@ def detectable(users: int, queries: float, between: float, within: float) -> flo
     return detectable_difference(float(np.sqrt(between ** 2 + within ** 2 / max(queries, 1))), users)
 
 
+def variance_components(groups: list[np.ndarray]) -> tuple[float, float]:
+    """(σ_b², σ_w²) by one-way random-effects ANOVA, σ_b² unclipped: (MSB − MSW) / n₀ with n₀ = (N − Σnᵢ²/N) /
+    (k − 1), unbiased with unequal queries per user (the arithmetic mean of nᵢ in place of n₀ over-stated σ_b:
+    8.85 for a true 7.5 in 16 × 2 designs; tests/test_planning.py)."""
+    sizes = np.array([len(g) for g in groups], dtype=float)
+    total, k = sizes.sum(), len(groups)
+    grand = sum(float(g.sum()) for g in groups) / total
+    within = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / (total - k) if total > k else 0.0
+    between_mean_square = sum(len(g) * (float(g.mean()) - grand) ** 2 for g in groups) / (k - 1)
+    n0 = (total - float((sizes ** 2).sum()) / total) / (k - 1)
+    return (between_mean_square - within) / n0, within
+
+
+def harmonic_queries(counts) -> float:
+    """The queries per user that give a user mean's average variance σ_b² + σ_w² · mean(1/nᵢ) (0 without users)."""
+    counts = [c for c in counts if c > 0]
+    return len(counts) / sum(1 / c for c in counts) if counts else 0.0
+
+
 def components_from_rows(first: list[dict], second: list[dict], source: str) -> Components | None:
     """σ_b and σ_w of per-query ROUGE-1 differences first − second (rows paired by query id)."""
     by_id = {r["id"]: r for r in second if r.get("rouge1") is not None}
@@ -54,11 +73,8 @@ def components_from_rows(first: list[dict], second: list[dict], source: str) -> 
     groups = [np.array(v) for v in per_user.values() if v]
     if len(groups) < 2:
         return None
-    within_df = sum(len(g) - 1 for g in groups)
-    within = float(np.sqrt(sum(((g - g.mean()) ** 2).sum() for g in groups) / within_df)) if within_df else 0.0
-    mean_q = float(np.mean([len(g) for g in groups]))
-    spread = float(np.var([g.mean() for g in groups], ddof=1))
-    return Components(float(np.sqrt(max(0.0, spread - within ** 2 / mean_q))), within, source)
+    between, within = variance_components(groups)
+    return Components(float(np.sqrt(max(0.0, between))), float(np.sqrt(within)), source)
 
 
 def components_from_run(run_dir) -> Components | None:

@@ -1,8 +1,8 @@
 """The selection-crisis analyses, computed only from a run directory's stored rows and metrics.
 
 - Table 2 / Figure 1: RM accuracy vs policy accuracy across reward methods,
-  per policy model (Pearson r, Spearman ρ, Kendall τ, each with a bootstrap CI
-  over adaptation users);
+  per policy model (Pearson r, Spearman ρ, Kendall τ, each with a Fisher-z
+  interval across methods; analysis/intervals.py);
 - Table 6: RM accuracy, policy accuracy and win rate vs ROUGE-1 (same statistics);
 - Table 5: the RM's own win rate over zero-shot vs the ground-truth gain
   (ROUGE-1 of the method minus zero-shot on the same prompts, and the share of
