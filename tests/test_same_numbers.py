@@ -1,7 +1,5 @@
 """Same numbers on every machine (issue #51): any thread count in the environment, another matrix-product
-kernel, any install folder; every model the model it claims to be.
-
-Each run here is a fresh process (the kernel set is chosen once per process, at torch's first kernel call).
+kernel, any install folder; every model the model it claims to be. Runs are fresh processes.
 """
 
 from __future__ import annotations
@@ -33,20 +31,20 @@ def _golden_values(which: str, out: Path, **env) -> dict:
 
 
 def test_the_environments_thread_count_changes_no_number_not_even_a_raw_float(tmp_path):
-    """Before #51 a Ray task (1 thread) and a local run (2 threads) differed: at OMP_NUM_THREADS=4 the tiny run
-    had 112 raw scores different (a Global RM head moved 1e-3), at 2 threads 4 Best-of-N scores."""
+    """Before #51 (41e66f0) the tiny run at OMP_NUM_THREADS=1 and =4 differed here in 4 Best-of-N RM scores (on
+    the issue's Intel machine a Ray task at 1 thread moved a trained LoRE head by 1.5 % against 2 threads)."""
     one = _golden_values("tiny", tmp_path / "one" / "values.json", OMP_NUM_THREADS="1")
     four = _golden_values("tiny", tmp_path / "four" / "values.json", OMP_NUM_THREADS="4")
     assert json.dumps(one, sort_keys=True) == json.dumps(four, sort_keys=True)  # bit for bit
 
 
-def test_persalign_computes_with_its_own_kernels_and_thread_count_whatever_the_environment_says():
+def test_persalign_computes_with_its_own_thread_count_whatever_the_environment_says():
     code = "from persalign.models.numerics import pin_numerics; import json; print(json.dumps(pin_numerics()))"
     for threads in ("1", "3"):
         done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": threads},
                               capture_output=True, text=True, timeout=120, check=True)
         record = json.loads(done.stdout)
-        assert record["kernels"] == "DEFAULT" and record["threads"] == 1, record
+        assert record["threads"] == 1, record
     done = subprocess.run([sys.executable, "-c", code.replace("pin_numerics()", "pin_numerics(2)")],
                           capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(done.stdout)["threads"] == 2  # the config's `threads` is the one that counts
@@ -73,7 +71,7 @@ def test_a_resume_on_another_machine_or_thread_count_says_so_in_one_line(tmp_pat
     run(config, tmp_path / "run", log=lambda *_: None)
     metrics_path = next((tmp_path / "run").glob("cells/*/*/seed-0/metrics.json"))
     metrics = json.loads(metrics_path.read_text())
-    assert metrics["numerics"]["kernels"] == "DEFAULT" and metrics["numerics"]["threads"] == 1
+    assert metrics["numerics"]["threads"] == 1 and metrics["numerics"]["kernels"]
     lines = []
     run(config, tmp_path / "run", log=lines.append)
     assert not any("another machine" in line for line in lines)  # same machine: nothing to say

@@ -1,4 +1,4 @@
-"""The kernels and thread count persalign computes with on a CPU, fixed so a number does not depend on the machine.
+"""The thread count persalign computes with, fixed so a number does not depend on the machine's core count.
 
 Measured on the tiny golden run (issue #51; `python benchmarks/bench_numerics.py` reproduces each finding):
 torch's CPU float32 results depend on the thread count in three places, and trained reward heads (Adam
@@ -14,23 +14,21 @@ differences into other reported numbers (a Ray task at 1 thread moved a LoRE hea
 
 No setting makes all three thread-count independent at full speed, so persalign fixes the count: every
 process computes with `threads` torch threads (config key, default 1), whatever the machine has or
-OMP_NUM_THREADS says, and uses more cores by running cells side by side (`--backend ray`). On top, the
-ATen kernel set is pinned to DEFAULT (ATEN_CPU_CAPABILITY=default): the same machine code on every x86-64
-CPU, so an AVX2-only and an AVX-512 machine compute the same; its cost was not measurable on the demo's
-matrix-product-bound work (benchmarks/bench_numerics.py). What stays machine-dependent: MKL's matrix
-products differ between CPU vendors and instruction sets in the last digits; the record below names the
-CPU, kernels and threads, and a resume on a machine that differs says so.
+OMP_NUM_THREADS says, and uses more cores by running cells side by side (`--backend ray`). The kernel set
+is left to torch: pinning ATen's DEFAULT (scalar) kernels would make AVX2 and AVX-512 machines alike in
+ATen's operations, but MKL's matrix products still differ between vendors and instruction sets, and it made
+a SmolLM2-shaped forward 18-21 % slower (benchmarks/bench_numerics.py). So CPUs of another vendor or vector
+width differ in the last digits of raw scores; the record below names the CPU, kernels and threads, and a
+resume on a machine that differs says so.
 
     python -c "from persalign.models.numerics import pin_numerics; print(pin_numerics())"
 """
 
 from __future__ import annotations
 
-import os
 import platform
 from pathlib import Path
 
-PINNED_ENV = {"ATEN_CPU_CAPABILITY": "default"}  # what a worker process must inherit to compute the same
 DEFAULT_THREADS = 1
 
 
@@ -46,19 +44,8 @@ def cpu_name_and_vendor() -> tuple[str, str]:
             fields.get("vendor_id", "unknown"))
 
 
-def pin_kernels() -> None:
-    """The kernel set, unless the user set ATEN_CPU_CAPABILITY (child processes inherit it)."""
-    for key, value in PINNED_ENV.items():
-        os.environ.setdefault(key, value)
-
-
 def pin_numerics(threads: int | None = None) -> dict:
-    """Pin the kernel set and the thread count; this process's `numerics()`.
-
-    Call it before the first torch operation of the process: torch picks its kernel set once, at its first
-    kernel dispatch. The thread count can be set at any time.
-    """
-    pin_kernels()
+    """Fix the thread count this process computes with (default 1); this process's `numerics()`."""
     import torch
 
     torch.set_num_threads(threads or DEFAULT_THREADS)

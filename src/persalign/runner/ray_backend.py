@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from persalign.errors import ConfigError, PersalignError
-from persalign.models.numerics import PINNED_ENV, pin_kernels
 from persalign.runner.trained import trained_dir
 
 SCRATCH_ENV = "PERSALIGN_SCRATCH_DIR"  # where a worker keeps a task's scratch run dir (default: system temp)
@@ -126,7 +125,7 @@ def _scratch_policy(config, planned, run_dir: str, inputs: tuple, kind: str):
 
     from persalign.models.numerics import pin_numerics
 
-    pin_numerics(config.threads)  # before this worker's first torch operation
+    pin_numerics(config.threads)  # the config's thread count, whatever this task's CPUs
     root = Path(tempfile.mkdtemp(prefix=f"persalign-{kind}-{os.getpid()}-", dir=os.environ.get(SCRATCH_ENV)))
     what = f"{kind} {planned.method_label if kind == 'train' else planned.cell.decoder} seed {planned.cell.seed}"
     _audit("start", what, root)
@@ -175,9 +174,8 @@ def _connect(options: RayOptions, log):
     except ImportError:
         raise PersalignError("--backend ray needs Ray: pip install 'persalign[ray]'") from None
     if not ray.is_initialized():
-        pin_kernels()  # sets the variables below, so the workers start with the driver's kernels
         env = {"TQDM_DISABLE": "1"}  # progress bars of every worker would flood the driver's log
-        env.update({k: os.environ[k] for k in (SCRATCH_ENV, TASK_LOG_ENV, "PERSALIGN_CACHE", *PINNED_ENV)
+        env.update({k: os.environ[k] for k in (SCRATCH_ENV, TASK_LOG_ENV, "PERSALIGN_CACHE")
                     if k in os.environ})
         check_reachable(options.address)
         try:

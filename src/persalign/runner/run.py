@@ -37,7 +37,7 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
     `backend` None runs the cells here, one after another; a `ray_backend.RayOptions` runs them as Ray tasks.
     """
     validate(config)
-    say_unpinned_kernels(pin_numerics(config.threads), log)
+    pin_numerics(config.threads)  # machine-independent numbers: models/numerics.py
     check_plan(config)  # before the run dir (and its lock) is made
     preflight(config)  # the device, the cache folder, the models' vocabulary and context
     with locked(out_dir, log):
@@ -46,14 +46,6 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
 
             return run_cells_on_ray(config, out_dir, backend, log)
         return _run_cells(config, out_dir, log)
-
-
-def say_unpinned_kernels(record: dict, log) -> None:
-    """One line where torch chose its kernels before persalign could pin them (a notebook that ran torch)."""
-    if record["kernels"] != "DEFAULT":
-        log(f"note: torch already ran its {record['kernels']} kernels in this process before persalign could pin "
-            "them, so the last digits of scores may differ from a run on another CPU; run persalign in a fresh "
-            "process for machine-independent numbers (docs/reliability.md, section 'Same numbers on every machine')")
 
 
 def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
