@@ -8,8 +8,9 @@ differences into other reported numbers (a Ray task at 1 thread moved a LoRE hea
 1. ATen's vectorised kernels (AVX2 / AVX-512) run the last elements of each thread's chunk through scalar
    code whose exp / log round differently, and the chunks are cut by the thread count;
 2. the fused CPU flash-attention kernel splits short queries (ARGS's candidate steps) across threads;
-3. MKL's sgemm splits products across threads in ways that change the summation order (on this AMD EPYC at
-   16 threads for the LM head; on Intel, per the issue, already at 1 vs 2). MKL's "strict reproducibility"
+3. MKL's sgemm splits some products across threads in ways that change the summation order (here the tiny
+   model's LM head at 16 threads; bench_numerics.py's 680x64x32000 product did not differ; the issue's Intel
+   machine differed between a 1-thread Ray task and a 2-thread local run). MKL's "strict reproducibility"
    mode is no cure: it is refused on non-Intel CPUs and measured *less* stable here.
 
 No setting makes all three thread-count independent at full speed, so persalign fixes the count: every
