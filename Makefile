@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.persalign-installed
 
-.PHONY: demo test install clean
+.PHONY: demo test install clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -24,6 +24,12 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup  # one worker per core; Ray's tests share one worker
+
+gpu-wheels:  # on a connected machine: what a CUDA machine lacks for gpu-check, into wheelhouse/
+	bash benchmarks/gpu_wheels.sh
+
+gpu-check:  # on a CUDA machine with persalign's source and wheelhouse/: checks and times persalign on the GPU
+	bash benchmarks/gpu_check.sh --out gpu-check
 
 clean:
 	rm -rf runs .pytest_cache

@@ -61,7 +61,7 @@ def run_batches(fn, prompts, batch):
 @torch.no_grad()
 def reference_args(policy, rm, method, prompt, lam, k, max_new_tokens):
     """The reference design: batch 1, prompt prefilled k times into the RM, RM cache copied k times a step."""
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt], device=policy.device)
     out = policy.model(input_ids=ids, use_cache=True)
     logprobs = torch.log_softmax(out.logits[:, -1].float(), -1)
     stack = decoder_stack(rm.model)
@@ -69,7 +69,7 @@ def reference_args(policy, rm, method, prompt, lam, k, max_new_tokens):
     users = method.user_ids(["u"] * k)
     generated = []
     for _ in range(max_new_tokens):  # no EOS stop
-        top, cand = logprobs.topk(k, -1)
+        top, cand = logprobs[:, : len(policy.tokenizer)].topk(k, -1)  # a padded head's extra rows are no tokens
         step_cache = copy.deepcopy(rm_cache)
         hidden = stack(input_ids=cand.T, past_key_values=step_cache, use_cache=True).last_hidden_state
         rewards = method.token_rewards(hidden.float(), users)[:, -1]

@@ -1,20 +1,25 @@
-"""ARGS on a GPU at 0.5B–7B scale: greedy vs ARGS vs the reference design, batch 1 / 16 / 64, peak memory.
+"""persalign's deployments timed at the paper's scales on a GPU: Qwen2.5 0.5B / 1.5B / 7B shapes, batch 1 / 16 / 64.
 
-Models are randomly initialised in code from the configs of real architectures
-(Qwen2.5-0.5B, Qwen2.5-1.5B, Qwen2.5-7B shapes: layers, widths, heads, KV
-heads, vocabulary), so no weights are needed; speed depends on shape, not on
-the values. bf16 with SDPA on CUDA (float32 on CPU). Prompts are random token
-ids with lengths drawn like real ICL prompts (48–160 tokens). Per architecture
-and batch size: greedy tokens/s; ARGS (k = 10) tokens/s with a separate reward
-model (a second model of the same shape + a linear head) and with the shared
-backbone (the policy's own states + a head); the reference ARGS design (one
-prompt at a time, the prompt prefilled k times, the RM cache copied k times a
-step; bench_args.reference_args) at batch 1; peak GPU memory of each.
-Targets on an H100: ARGS ÷ greedy ≥ 0.5 at batch 16; ≥ 3× the reference
-prompts/s at batch 1 and ≥ 10× at batch 16.
+Models are randomly initialised in code from the published configs (persalign.models.qwen_shapes), in bf16
+on CUDA (float32 on CPU), so no weights are needed: speed and memory depend on the shape, not the values.
+Beside each policy sits the paper's reward backbone, a Qwen2.5-0.5B-shaped model with a linear head (Eq. 1's
+r). Prompts are random ids of the lengths of real prompts (48–160 tokens); ICL prompts carry 4
+demonstrations before them (~600 tokens). Per architecture and batch size, each through persalign's own code:
 
-    python benchmarks/bench_gpu.py                          # on a CUDA machine: every architecture
-    python benchmarks/bench_gpu.py --archs tiny --batches 1 4 --prompts 8 --max-new 8   # a CPU smoke run
+- greedy: `decoding.decode`; ICL (4 demonstrations): the same on the long prompts;
+- ARGS (k = 10, λ = 1) with the 0.5B RM: `args_decode` (the paper's design);
+- ARGS's shared pass: `shared_args_decode` of 3 heads over the policy's own states (reward.mode frozen:
+  one candidate forward per distinct prefix serves every head);
+- policy-accuracy scoring: Σ log π of a chosen and a rejected response per prompt (`logprob_sums`);
+- the reference ARGS design (`bench_args.reference_args`: one prompt at a time, the prompt prefilled k times,
+  the RM cache copied k times a step) on a few prompts, so ARGS ÷ reference in prompts/s;
+- peak GPU memory of each stage (`torch.cuda.max_memory_allocated`, reset before it; weights included).
+
+Targets (issue #55): ARGS ÷ greedy ≥ 0.5 in tokens/s at batch 16; ARGS ≥ 3× the reference's prompts/s at
+batch 1 and ≥ 10× at batch 16.
+
+    python benchmarks/bench_gpu.py                                          # on a CUDA machine
+    python benchmarks/bench_gpu.py --archs tiny --batches 1 4 --max-new 4   # a CPU smoke run
 """
 
 from __future__ import annotations
@@ -28,35 +33,40 @@ import torch
 from tokenizers import Tokenizer, models
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
-from bench_args import reference_args, run_batches
+from bench_args import reference_args
 from common import emit, machine
-from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
+from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_shared import HeadRow, shared_args_decode
 from persalign.decoding import decode, greedy
 from persalign.models.device import resolve_device, resolve_dtype
 from persalign.models.loading import LoadedLM
 from persalign.models.qwen_shapes import qwen_config
 from persalign.registry import METHODS
+from persalign.rewards.policy_scoring import logprob_sums
 
+TINY = functools.partial(LlamaConfig, vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2)
 ARCHITECTURES = {  # the published configs' shapes (persalign.models.qwen_shapes: the one table of them)
     **{f"qwen2.5-{size}": functools.partial(qwen_config, size) for size in ("0.5b", "1.5b", "3b", "7b")},
-    "tiny": lambda: LlamaConfig(vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                num_attention_heads=4, num_key_value_heads=2),
+    "tiny": TINY,
 }
+REWARD_BACKBONE = {"tiny": "tiny"}  # every Qwen2.5 policy: the paper's Qwen2.5-0.5B reward backbone
+DEMONSTRATIONS = 4
+STAGES = ("greedy", "icl", "args", "args_shared_pass", "scoring")
 
 
 def id_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
-    """One word per id over the whole vocabulary, ids 0-2 special: decoding stops only at EOS, as with a
-    real tokenizer (ids a tokenizer does not cover count as stops in persalign.decoding)."""
+    """One word per id, ids 0-2 special: decoding stops only at EOS, as with a real tokenizer. Sized to the
+    smaller of policy and RM vocabularies (7B's padded head has 152,064 rows, the 0.5B RM 151,936)."""
     vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{f"t{i}": i for i in range(3, vocab_size)}}
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
     return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
 
 
-def build(arch: str, device: torch.device, dtype: torch.dtype, seed: int) -> LoadedLM:
+def build(arch: str, device: torch.device, dtype: torch.dtype, seed: int, tokenizer) -> LoadedLM:
     """A randomly initialised model of `arch`, made directly on `device` in `dtype` (SDPA attention)."""
     config = ARCHITECTURES[arch]()
     config.max_position_embeddings = 4096
-    tokenizer = id_tokenizer(config.vocab_size)
     config.pad_token_id, config.eos_token_id = tokenizer.pad_token_id, tokenizer.eos_token_id
     torch.manual_seed(seed)
     with torch.device(device):
@@ -64,94 +74,131 @@ def build(arch: str, device: torch.device, dtype: torch.dtype, seed: int) -> Loa
     return LoadedLM(arch, model, tokenizer, device)
 
 
-def prompts_like_icl(count: int, vocab: int, seed: int = 0) -> list[list[int]]:
-    rng = random.Random(seed)
-    return [[rng.randrange(10, vocab) for _ in range(rng.randint(48, 160))] for _ in range(count)]
+def random_ids(count: int, vocab: int, lengths: tuple[int, int], rng: random.Random) -> list[list[int]]:
+    return [[rng.randrange(10, vocab) for _ in range(rng.randint(*lengths))] for _ in range(count)]
 
 
-def peak_gib(device: torch.device) -> float | None:
-    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+def linear_head(name: str, hidden: int, device: torch.device, seed: int):
+    head = METHODS.get(name)(hidden, METHODS.get(name).Settings(seed=seed)).to(device).eval()
+    with torch.no_grad():
+        for p in head.parameters():
+            p.normal_(0, 0.05)
+    return head
 
 
-def measure(fn, prompts, batch: int, device: torch.device) -> dict:
+def stages(policy: LoadedLM, rm: LoadedLM, rm_head, args) -> dict:
+    """Each stage as fn(prompts, new tokens) -> tokens produced or scored."""
+    vocab, rng = len(policy.tokenizer), random.Random(1)
+    demos = sum(random_ids(DEMONSTRATIONS, vocab, (48, 160), rng), [])
+    responses = random_ids(2 * args.max_prompts, vocab, (12, 24), rng)
+    heads = [linear_head("global_rm", policy.model.config.hidden_size, policy.device, s) for s in range(3)]
+
+    def count(outputs) -> int:
+        return sum(len(o) for o in outputs)
+
+    def scoring(ps, _new):
+        chosen, rejected = responses[: len(ps)], responses[len(ps): 2 * len(ps)]
+        logprob_sums(policy, ps + ps, chosen + rejected, batch_size=2 * len(ps))
+        return count(chosen + rejected)
+
+    return {
+        "greedy": lambda ps, new: count(decode(policy, ps, greedy, new)),
+        "icl": lambda ps, new: count(decode(policy, [demos + p for p in ps], greedy, new)),
+        "args": lambda ps, new: count(args_decode(policy, RewardGuide(rm, rm_head, ["u"] * len(ps), 1.0, args.k), ps,
+                                                  new)),
+        "args_shared_pass": lambda ps, new: count(shared_args_decode(
+            policy, [HeadRow(tuple(p), h, "u", 1.0) for h in heads for p in ps], new, args.k).ids),
+        "scoring": scoring,
+    }
+
+
+def measure(fn, prompts: list[list[int]], batch: int, device: torch.device, new: int) -> dict:
+    """Tokens/s and prompts/s of fn over `prompts` in batches of `batch`, and its peak GPU memory. A short run
+    of the same batch first, untimed: a shape's first use (allocator growth, kernel choice) is no stage's cost
+    (on the H200 on 2026-11-26, without it, greedy — timed first at each batch size — read slower than ARGS)."""
+    fn(prompts[:batch], 2)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
-    start = time.perf_counter()
-    result = run_batches(fn, prompts, batch)
-    del result["stats"]
-    result["wall_s"] = time.perf_counter() - start
-    result["peak_gib"] = peak_gib(device)
-    return result
+    start, tokens = time.perf_counter(), 0
+    for first in range(0, len(prompts), batch):
+        tokens += fn(prompts[first: first + batch], new)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    seconds = time.perf_counter() - start
+    return {"seconds": seconds, "tokens": tokens, "tokens_per_s": tokens / seconds,
+            "prompts_per_s": len(prompts) / seconds,
+            "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
 
 
 def bench_architecture(arch: str, args, device: torch.device, dtype: torch.dtype) -> dict:
-    policy = build(arch, device, dtype, seed=0)
-    separate_rm = build(arch, device, dtype, seed=1)
-    hidden = policy.model.config.hidden_size
-    head = METHODS.get("global_rm")(hidden, METHODS.get("global_rm").Settings(seed=0)).to(device).eval()
-    with torch.no_grad():
-        head.head.linear.weight.normal_(0, 0.05)
-    prompts = prompts_like_icl(args.prompts, policy.model.config.vocab_size)
-    decode(policy, prompts[:1], greedy, 2)  # warm-up (kernels, allocator) outside the timings
-    out = {"layers": policy.model.config.num_hidden_layers, "hidden": hidden,
-           "parameters_b": sum(p.numel() for p in policy.model.parameters()) / 1e9}
+    rm_arch = REWARD_BACKBONE.get(arch, "qwen2.5-0.5b")
+    tokenizer = id_tokenizer(min(ARCHITECTURES[a]().vocab_size for a in (arch, rm_arch)))
+    policy, rm = build(arch, device, dtype, 0, tokenizer), build(rm_arch, device, dtype, 1, tokenizer)
+    prompts = random_ids(args.max_prompts, len(tokenizer), (48, 160), random.Random(0))
+    rm_head = linear_head("global_rm", rm.model.config.hidden_size, device, 0)
+    runs = stages(policy, rm, rm_head, args)
+    out = {"parameters_b": sum(p.numel() for p in policy.model.parameters()) / 1e9, "reward_backbone": rm_arch}
     for batch in args.batches:
-        greedy_run = measure(lambda ps, st: decode(policy, ps, greedy, args.max_new), prompts, batch, device)
-        row = {"greedy": greedy_run}
-        for name, rm in (("args_separate_rm", separate_rm), ("args_shared", policy)):
-            def guided(ps, st, rm=rm):
-                guide = RewardGuide(rm, head, ["u"] * len(ps), lam=1.0, top_k=args.k)
-                return args_decode(policy, guide, ps, args.max_new, DecodeRecord(st))
-            row[name] = measure(guided, prompts, batch, device)
-            row[name]["over_greedy_tokens_per_s"] = row[name]["tokens_per_s"] / greedy_run["tokens_per_s"]
-        out[f"batch{batch}"] = row
-    few = prompts[: args.reference_prompts]
-    reference = measure(lambda ps, st: [reference_args(policy, separate_rm, head, p, 1.0, args.k, args.max_new)
-                                        for p in ps], few, 1, device)
-    out["reference_batch1"] = reference
+        few = prompts[: max(batch, args.batch1_prompts if batch == 1 else batch)]
+        out[f"batch{batch}"] = {name: measure(fn, few, batch, device, args.max_new) for name, fn in runs.items()}
+        row = out[f"batch{batch}"]
+        row["args_over_greedy"] = row["args"]["tokens_per_s"] / row["greedy"]["tokens_per_s"]
+    reference = measure(lambda ps, new: sum(len(reference_args(policy, rm, rm_head, p, 1.0, args.k, new)) for p in ps),
+                        prompts[: args.reference_prompts], 1, device, args.max_new)
+    out["reference"] = reference
     for batch in args.batches:
-        for name in ("args_separate_rm", "args_shared"):
-            measured = out[f"batch{batch}"][name]
-            measured["prompts_per_s_over_reference"] = measured["prompts_per_s"] / reference["prompts_per_s"]
-    del policy, separate_rm
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+        out[f"batch{batch}"]["args_over_reference"] = out[f"batch{batch}"]["args"]["prompts_per_s"] / \
+            reference["prompts_per_s"]
     return out
 
 
-def print_table(results: dict) -> None:
-    print("| arch | batch | greedy tok/s | ARGS sep. RM tok/s (÷greedy, ×ref) | ARGS shared tok/s (÷greedy, ×ref) "
-          "| peak GiB (sep.) |")
-    print("|---|---|---|---|---|---|")
+def markdown(results: dict) -> list[str]:
+    lines = ["| arch | batch | greedy tok/s | ICL tok/s | ARGS tok/s (÷ greedy) | ARGS ÷ reference (prompts/s) "
+             "| shared pass tok/s | scoring tok/s | peak GiB (greedy / ICL / ARGS / scoring) |", "|" + "---|" * 9]
     for arch, out in results.items():
         for key in [k for k in out if k.startswith("batch")]:
             row = out[key]
-            cells = [f"{row[n]['tokens_per_s']:.0f} ({row[n]['over_greedy_tokens_per_s']:.2f}, "
-                     f"{row[n]['prompts_per_s_over_reference']:.1f}×)" for n in ("args_separate_rm", "args_shared")]
-            peak = row["args_separate_rm"]["peak_gib"]
-            print(f"| {arch} | {key[5:]} | {row['greedy']['tokens_per_s']:.0f} | {cells[0]} | {cells[1]} | "
-                  f"{'-' if peak is None else f'{peak:.1f}'} |")
-        print(f"| {arch} | reference, 1 | – | {out['reference_batch1']['tokens_per_s']:.0f} | – | – |")
+            peaks = " / ".join("–" if row[s]["peak_gib"] is None else f"{row[s]['peak_gib']:.1f}"
+                               for s in ("greedy", "icl", "args", "scoring"))
+            lines.append(f"| {arch} | {key[5:]} | {row['greedy']['tokens_per_s']:.0f} | {row['icl']['tokens_per_s']:.0f}"
+                         f" | {row['args']['tokens_per_s']:.0f} ({row['args_over_greedy']:.2f}) | "
+                         f"{row['args_over_reference']:.1f}× | {row['args_shared_pass']['tokens_per_s']:.0f} | "
+                         f"{row['scoring']['tokens_per_s']:.0f} | {peaks} |")
+        lines.append(f"| {arch} | reference, 1 | – | – | {out['reference']['tokens_per_s']:.0f} | 1.0× | – | – | – |")
+    return lines
+
+
+def parser() -> argparse.ArgumentParser:
+    parse = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parse.add_argument("--archs", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"],
+                       choices=sorted(ARCHITECTURES))
+    parse.add_argument("--batches", nargs="+", type=int, default=[1, 16, 64])
+    parse.add_argument("--batch1-prompts", type=int, default=4, help="prompts decoded one at a time at batch 1")
+    parse.add_argument("--reference-prompts", type=int, default=2, help="prompts the slow reference design runs")
+    parse.add_argument("--max-new", type=int, default=24, help="new tokens per prompt")
+    parse.add_argument("--k", type=int, default=10, help="ARGS top-k")
+    parse.add_argument("--device", default="auto")
+    return parse
+
+
+def run(args) -> dict:
+    args.max_prompts = max(args.batches + [args.batch1_prompts, args.reference_prompts])
+    device = resolve_device(args.device)
+    dtype = resolve_dtype("auto", device)
+    results = {}
+    for arch in args.archs:  # one architecture's models are freed before the next is built
+        results[arch] = bench_architecture(arch, args, device, dtype)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return {"benchmark": "gpu", "machine": machine(), "dtype": str(dtype), "k": args.k, "max_new_tokens": args.max_new,
+            "results": results}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--archs", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"],
-                        choices=sorted(ARCHITECTURES))
-    parser.add_argument("--batches", nargs="+", type=int, default=[1, 16, 64])
-    parser.add_argument("--prompts", type=int, default=64, help="prompts per measurement (≥ the largest batch)")
-    parser.add_argument("--reference-prompts", type=int, default=4, help="prompts the slow reference design runs")
-    parser.add_argument("--max-new", type=int, default=32, help="new tokens per prompt")
-    parser.add_argument("--k", type=int, default=10, help="ARGS top-k")
-    parser.add_argument("--device", default="auto")
-    args = parser.parse_args()
-    device = resolve_device(args.device)
-    dtype = resolve_dtype("auto", device)
-    results = {arch: bench_architecture(arch, args, device, dtype) for arch in args.archs}
-    print_table(results)
-    emit({"benchmark": "gpu", "machine": machine(), "dtype": str(dtype), "k": args.k, "max_new_tokens": args.max_new,
-          "results": results})
+    result = run(parser().parse_args())
+    print("\n".join(markdown(result["results"])))
+    emit(result)
 
 
 if __name__ == "__main__":

@@ -80,8 +80,8 @@ TINY_STUDY = [
     "decoders=[{name: zero_shot}, {name: icl, shots: 1}, {name: icl, shots: 2}, {name: icl_rag, shots: 2}]",
 ]
 
-SKIPPED = {"stage_seconds", "stage_flops", "stage_shared_flops", "peak_memory_mib", "settings", "decoder_index", "seed_dependent",
-           "deployment", "args_candidate_forwards", "numerics"}
+SKIPPED = {"stage_seconds", "stage_flops", "stage_shared_flops", "peak_memory_mib", "peak_gpu_memory_mib", "settings",
+           "decoder_index", "seed_dependent", "deployment", "args_candidate_forwards", "numerics"}
 # stage_flops: metered work, padding included (tests/test_work_meter.py checks it); args_candidate_forwards: the
 # work the shared ARGS pass did, which depends on the backend (Ray decodes each cell alone; tests/test_args_shared.py)
 ROW_COLUMNS = ("generation", "s_chosen", "s_rejected", "rm_chosen", "rm_rejected", "rm_score", "win")
@@ -152,11 +152,11 @@ def view(run_dir: Path) -> dict:
     return dict(sorted(out.items()))
 
 
-def run_tiny(out_dir: Path) -> dict:
+def run_tiny(out_dir: Path, *overrides: str) -> dict:
     from persalign.config import load_config
     from persalign.runner.run import run
 
-    run(load_config("demo-baselines", TINY_ALL_DEPLOYMENTS), out_dir, log=lambda *_: None)
+    run(load_config("demo-baselines", TINY_ALL_DEPLOYMENTS + list(overrides)), out_dir, log=lambda *_: None)
     return view(out_dir)
 
 

@@ -21,7 +21,8 @@ from persalign.runner.store import Cell, RunStore
 SCHEMA = "persalign.results"
 SCHEMA_VERSION = 1
 # `export --costs` columns
-COST_KEYS = ("stage_seconds", "stage_flops", "stage_shared_flops", "counted_work", "peak_memory_mib", "numerics")
+COST_KEYS = ("stage_seconds", "stage_flops", "stage_shared_flops", "counted_work", "peak_memory_mib",
+             "peak_gpu_memory_mib", "numerics")
 
 
 def _summaries(analyses: list) -> list[dict]:

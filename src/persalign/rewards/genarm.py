@@ -76,7 +76,9 @@ class GenArmHead(nn.Module):
         output = self.bound[0]
         weight = output.weight
         adjusted = hidden + (hidden @ self.down.T) @ self.up.T
-        return F.linear(adjusted.to(weight.dtype), weight, output.bias).float()
+        # the LM head stays where the policy is (a GPU) while the cached features it is trained on are on the CPU
+        logits = F.linear(adjusted.to(weight.device, weight.dtype), weight, output.bias).float()
+        return logits.to(hidden.device)
 
     def log_probs(self, hidden: torch.Tensor) -> torch.Tensor:
         """log π_arm(· | state) over the vocabulary, for states (..., H)."""
@@ -123,4 +125,6 @@ class GenARM(RewardMethod):
 
     def next_token_rewards(self, state: torch.Tensor, candidates: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         """(rows, k) token rewards of candidate tokens after the prefix whose last state is `state`."""
-        return self.settings.beta * self.head.log_probs(state.float()).gather(-1, candidates)
+        home = self.home(state.device)
+        log_probs = self.head.log_probs(state.float().to(home))
+        return (self.settings.beta * log_probs.gather(-1, candidates.to(home))).to(state.device)

@@ -153,8 +153,16 @@ class RewardMethod(nn.Module):
     def user_ids(self, users: list[str]) -> torch.Tensor:
         return torch.tensor([self.users.get(u, 0) for u in users], dtype=torch.long)
 
+    def home(self, fallback: torch.device) -> torch.device:
+        """Where the head's parameters are (heads train on cached CPU features; a run deploys them on the
+        policy's device, `TrainedReward`), `fallback` for a head without any."""
+        first = next(self.head.parameters(), None)
+        return fallback if first is None else first.device
+
     def token_rewards(self, states: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
-        return self.head.token_rewards(states, users.to(states.device))
+        """r of every state, computed where the head is, returned where the states are."""
+        home = self.home(states.device)
+        return self.head.token_rewards(states.to(home), users.to(home)).to(states.device)
 
     def prefix_rewards(self, states: torch.Tensor, mask: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         return base.prefix_rewards(self.token_rewards(states, users), mask, self.pooling)

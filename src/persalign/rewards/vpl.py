@@ -98,7 +98,7 @@ class VPL(RewardMethod):
     # --- training: z sampled from a context set of the same user -----------------------------
     def token_rewards(self, states: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         if not self.training:
-            return self.head.token_rewards(states, users.to(states.device))
+            return super().token_rewards(states, users)
         unique, rows = torch.unique(users, return_inverse=True)
         chosen, rejected, mask = [], [], []
         for user in unique.tolist():

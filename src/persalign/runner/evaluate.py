@@ -30,7 +30,7 @@ from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
 from persalign.records import Comparison, Completion
 from persalign.models.numerics import numerics
-from persalign.runner.provenance import peak_memory_mib
+from persalign.runner.provenance import peak_gpu_memory_mib, peak_memory_mib
 
 
 @dataclass(frozen=True)
@@ -260,7 +260,7 @@ def cell_metrics(deployment, ctx, rows: list[dict]) -> dict:
         "stage_seconds": {key: float(np.sum([t.get(key, 0.0) for t in timings])) for key in stage_keys},
         **stage_flops(timings),
         "counted_work": counted_work(rows, ctx),
-        "peak_memory_mib": peak_memory_mib(),
+        "peak_memory_mib": peak_memory_mib(), **peak_gpu_memory_mib(),
         "numerics": numerics(),  # the CPU, kernels and threads this cell was computed with
         "settings": {"decoder_name": planned.decoder, "decoder_index": planned.decoder_index,
                      **run.metric_settings(), **deployment.settings()},

@@ -50,6 +50,16 @@ def peak_memory_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def peak_gpu_memory_mib() -> dict:
+    """{"peak_gpu_memory_mib": what torch's CUDA allocator held at most so far} where this process used CUDA;
+    {} elsewhere (resident memory says nothing of the GPU's)."""
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.is_initialized()):
+        return {}
+    return {"peak_gpu_memory_mib": torch.cuda.max_memory_allocated() / 2**20}
+
+
 def input_files(data_config) -> list[Path]:
     """The files a data config reads: `data.path` (every file of a folder), and the files its loader names
     beside it (`companion_files`, e.g. LaMP's outputs file). Hub sources (`hf:`) and built-in data: none."""

@@ -173,6 +173,8 @@ def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
         run.log(f"trained {planned.method_label} seed {ctx.seed}: {fit_log.epochs} epochs, val acc "
                 f"{fit_log.best_val_accuracy:.2f}, fit {info['fit_s']:.1f}s, adapt {info['adapt_s']:.1f}s")
         trained = TrainedReward(method.eval(), backbone, info)
+    if not getattr(trained.method, "text_level", False):  # a head ARGS reads on the policy's states every step
+        trained.method.to(backbone.lm.device)  # (text-level RMs read text, on the device they were loaded on)
     return trained
 
 

@@ -1,0 +1,52 @@
+"""The GPU check's one command, dry-run on the CPU (issue #55): every step runs on tiny shapes and writes its
+figures; without CUDA and without the dry run it stops at its first step, in one line.
+
+    pytest tests/test_gpu_check.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
+# the script's python3 is this environment's; wheelhouse/ (if fetched here) holds the GPU image's Python's wheels
+ENV = {**os.environ, "PYTHON": sys.executable, "WHEELHOUSE": str(ROOT / "no-wheelhouse")}
+
+
+def test_the_dry_run_runs_every_step_and_writes_its_figures(tmp_path):
+    done = subprocess.run(["bash", str(SCRIPT), "--cpu-dry-run", "--out", str(tmp_path)], capture_output=True,
+                          text=True, timeout=600, env=ENV)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    results = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert all(status.startswith("passed") for status in results["status"].values()), results["status"]
+    assert list(results["status"]) == ["environment", "correctness", "timing", "pdpo_step", "study"]
+    checks = results["correctness"]["checks"]
+    assert set(checks) == {"args_candidate_reward", "tokens", "shared_args_pass", "tiny_run_float32",
+                           "peak_gpu_memory_mib", "tiny_run_bf16"}
+    assert checks["args_candidate_reward"]["largest_difference"]["teacher_forced"] <= 1e-4
+    timing = results["timing"]["results"]["tiny"]
+    for batch in ("batch1", "batch4"):
+        assert {"greedy", "icl", "args", "args_shared_pass", "scoring"} <= set(timing[batch])
+        assert all(timing[batch][stage]["tokens"] > 0 for stage in ("greedy", "icl", "args", "scoring"))
+    assert timing["reference"]["prompts_per_s"] > 0 and results["timing"]["targets"]
+    assert results["pdpo_step"]["steps"] == 1
+    stages = {row["stage"]: row for row in results["study"]["stages"]}
+    assert stages["generation"]["measured_s"] > 0 and stages["generation"]["planner_gpu_s"] > 0
+    report = (tmp_path / "gpu_check.md").read_text()
+    assert "| tiny | 4 |" in report and "| generation |" in report and "P-DPO step at tiny" in report
+
+
+def test_without_cuda_the_check_stops_at_its_first_step_in_one_line(tmp_path):
+    done = subprocess.run(["bash", str(SCRIPT), "--out", str(tmp_path)], capture_output=True, text=True, timeout=300,
+                          env=ENV)
+    assert done.returncode == 1
+    assert done.stdout.strip().splitlines() == ["gpu check: environment: FAILED: torch sees no CUDA device "
+                                                "(use --cpu-dry-run on a CPU machine)"]
+    assert "Traceback" not in done.stderr
+    results = json.loads((tmp_path / "gpu_check.json").read_text())
+    assert list(results["status"]) == ["environment"]
