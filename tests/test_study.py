@@ -68,8 +68,8 @@ def test_report_has_the_study_tables_and_generated_findings(stored_run):
     text = build_report(stored_run)
     for title in ("Table 2", "Table 4", "Table 5", "Table 6", "Finding 3", "Findings (generated"):
         assert title in text
-    assert "| Kendall τ | - | -1.00 (no interval) (n=3) |" in text
-    assert "best ICL variant (ICL-RAG) − best reward method (B), ROUGE-1, cross-fitted: +9.00" in text
+    assert "| Kendall τ | - | observed -1.00 (no interval) (n=3); true means: no interval (4 users, 3 methods" in text
+    assert "best ICL variant (ICL-RAG) − best reward method (B), ROUGE-1, cross-fitted (the gap between the winners a half of the users picks): +9.00" in text
 
 
 def test_figure1_labels_of_near_equal_methods_never_overprint():

@@ -83,10 +83,12 @@ def test_report_opens_with_the_verdict_and_its_sentence_comes_from_the_numbers(s
     sentence = next(line for line in text.splitlines() if line.startswith("For these users"))
     # every user gains 8 points (± the wobble) over the best reward method: the interval is narrow, above 0
     assert re.match(
-        r"For these users, ICL-RAG writes closest to their own text, at 3\.0× the counted cost of greedy; "
+        r"For these users, ICL-RAG writes closest to their own text \(ahead of Cheap RM by \+\d\.\d\d ROUGE-1 "
+        r"\[\+\d\.\d\d, \+\d\.\d\d\]\), at 3\.0× the counted cost of greedy; "
         r"the best ICL variant \(ICL-RAG\) beats the best reward method that steers \(Cheap RM\) by \+7\.\d\d "
         r"ROUGE-1 \[\+7\.\d\d, \+8\.\d\d\]\. Cross-fitted \(winners chosen on one half of the users, measured on "
-        r"the other\); these 8 users detect", sentence), sentence
+        r"the other: the gap between the winners a half picks, best − best where they are clear\); these 8 users "
+        r"detect", sentence), sentence
 
 
 def test_when_the_interval_includes_zero_the_verdict_says_the_data_cannot_separate_them(tmp_path):

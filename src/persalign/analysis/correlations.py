@@ -1,9 +1,9 @@
 """Correlations between metrics across methods (paper Tables 2, 6 and Figure 1).
 
-Pearson r, Spearman ρ and Kendall τ (scipy.stats), each with a Fisher-z interval
-across methods (analysis/intervals.py::correlation_interval), which treats each
-method's value as exact: it does not yet count the noise each method's metric
-carries (issue #52). Degenerate input
+Pearson r, Spearman ρ and Kendall τ (scipy.stats) of the observed means, each with a
+Fisher-z interval across methods (analysis/intervals.py::correlation_interval), which
+treats each method's value as exact; the correlation of the methods' true means, with
+the noise each mean carries counted, is analysis/true_correlation.py's. Degenerate input
 (fewer than three methods, or a constant metric) gives an explicit reason
 instead of NaN, so a report never shows a silent "nan". Values equal up to
 float rounding are made exactly equal first: two methods with the same share

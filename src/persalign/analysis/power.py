@@ -4,8 +4,9 @@ Finding 3's cross-fitted difference is, once its winners are fixed, a mean of
 per-user differences with a t-type interval over all n users, so its power is
 that of the two-sided paired t-test at n users (noncentral t; tests/test_paired.py
 checks it against the procedure by simulation). The paired Δ vs greedy gets
-Hall's skewness-corrected interval, which costs power at few users, so its
-detectable difference is simulated for that interval (`mean_detectable_difference`);
+the union of Hall's skewness-corrected interval and the t interval, which costs
+power at few users, so its detectable difference is simulated for that interval
+(`mean_detectable_difference`);
 tests/test_intervals.py checks both find the stated difference 75-85 % of the time. A spread of 0 gives no power claim: a sample in
 which every user differs by the same amount says nothing about the spread of
 the users to come.
@@ -68,7 +69,8 @@ DRAWS = 4000
 
 @lru_cache(maxsize=None)
 def _hall_shortfall(users: int, power: float, alpha: float) -> float:
-    """The detectable difference of Hall's interval per unit sd, simulated for normal per-user differences.
+    """The detectable difference of the Δ interval (the union of Hall's and the t interval,
+    intervals.difference_interval) per unit sd, simulated for normal per-user differences.
 
     The interval is location-equivariant, so with draws z (sd 1) it excludes 0 at a true difference g
     exactly when g > -low(z): the difference found with `power` is that quantile of -low(z)."""
@@ -76,11 +78,12 @@ def _hall_shortfall(users: int, power: float, alpha: float) -> float:
 
     z = np.random.default_rng(users).normal(0, 1, (DRAWS, users))
     low, _ = hall_bounds(z, 1 - alpha)
-    return float(np.quantile(-low, power))
+    t_low = z.mean(1) - stats.t.ppf(1 - alpha / 2, users - 1) * z.std(1, ddof=1) / np.sqrt(users)
+    return float(np.quantile(-np.minimum(low, t_low), power))
 
 
 def mean_detectable_difference(sd: float, users: int, power: float = POWER, alpha: float = ALPHA) -> float:
-    """`detectable_difference` for the interval a paired difference over users actually gets (Hall's t,
+    """`detectable_difference` for the interval a paired difference over users actually gets (Hall's t ∪ t,
     analysis/intervals.py): simulated up to SIMULATED_USERS users (at 8 users the skewness correction
     costs power: the t-test's detectable difference is found 74 % of the time, not 80 %)."""
     from persalign.analysis.intervals import MIN_USERS
@@ -94,7 +97,7 @@ def mean_detectable_difference(sd: float, users: int, power: float = POWER, alph
 
 
 def mean_users_needed(gap: float, sd: float, power: float = POWER, alpha: float = ALPHA) -> int | None:
-    """The fewest users whose Hall interval detects `gap` with `power` (None where no spread is known)."""
+    """The fewest users whose Δ interval detects `gap` with `power` (None where no spread is known)."""
     from persalign.analysis.intervals import MIN_USERS
 
     plain = users_needed(gap, sd, power, alpha)

@@ -1,8 +1,10 @@
 """The selection-crisis analyses, computed only from a run directory's stored rows and metrics.
 
 - Table 2 / Figure 1: RM accuracy vs policy accuracy across reward methods,
-  per policy model (Pearson r, Spearman ρ, Kendall τ, each with a Fisher-z
-  interval across methods; analysis/intervals.py);
+  per policy model (Pearson r, Spearman ρ, Kendall τ): the observed correlation of
+  the methods' means with a Fisher-z interval across methods (analysis/intervals.py,
+  which takes each mean as exact), and the correlation of their TRUE means with each
+  metric's reliability, counting the noise each mean carries (analysis/true_correlation.py);
 - Table 6: RM accuracy, policy accuracy and win rate vs ROUGE-1 (same statistics);
 - Table 5: the RM's own win rate over zero-shot vs the ground-truth gain
   (ROUGE-1 of the method minus zero-shot on the same prompts, and the share of
@@ -32,6 +34,7 @@ import numpy as np
 from persalign.analysis.correlations import STATISTICS, correlate
 from persalign.analysis.intervals import PERCENT, correlation_interval, difference_bounds, mean_interval
 from persalign.analysis.paired import crossfit_comparison
+from persalign.analysis.true_correlation import true_correlation
 from persalign.decoders.base import properties_of
 from persalign.runner.store import Cell, RunStore
 
@@ -167,11 +170,14 @@ def correlation_table(methods: list[MethodResult], x: str, y: str) -> dict:
     users = sorted(set.intersection(*(set(m.user_means[x]) & set(m.user_means[y]) for m in usable)))
     mean_of = lambda m, metric: float(np.mean([m.user_means[metric][u] for u in users])) if users else np.nan  # noqa: E731
     xs, ys = [mean_of(m, x) for m in usable], [mean_of(m, y) for m in usable]
+    x_rows = np.array([[m.user_means[x][u] for u in users] for m in usable]).reshape(len(usable), len(users))
+    y_rows = np.array([[m.user_means[y][u] for u in users] for m in usable]).reshape(len(usable), len(users))
     table = {}
     for statistic in STATISTICS:
         point = correlate(xs, ys, statistic)
         table[statistic] = {"point": point, **correlation_interval(statistic, point.value, point.n),
-                            "methods": len(usable), "users": len(users), "level": 0.95}
+                            "methods": len(usable), "users": len(users), "level": 0.95,
+                            "true": true_correlation(x_rows, y_rows, statistic)}  # the true means', noise counted
     return table
 
 

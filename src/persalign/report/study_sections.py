@@ -37,7 +37,21 @@ def correlation_cell(result: dict | None) -> str:
     if point.value is None:
         return f"n/a ({point.reason})"
     interval = "(no interval)" if result["low"] is None else f"[{result['low']:+.2f}, {result['high']:+.2f}]"
-    return f"{point.value:+.2f} {interval} (n={point.n})"
+    return f"observed {point.value:+.2f} {interval} (n={point.n}); {true_means_text(result.get('true'))}"
+
+
+def true_means_text(true: dict | None) -> str:
+    """The correlation of the methods' true means, or why none can be stated (analysis/true_correlation.py)."""
+    if not true:
+        return "true means: not estimated"
+    reliability = true.get("reliability")
+    rel = f"reliability {reliability['x']:.2f} / {reliability['y']:.2f}" if reliability else ""
+    if true["low"] is None and true.get("reliability") is None:  # too few users or methods to measure the noise
+        return f"true means: no interval ({true['reason']})"
+    if true["low"] is None:
+        users = f"; ≈ {true['users_needed']} users would make it estimable" if true.get("users_needed") else ""
+        return f"true means: too noisy to tell ({true['reason']}{users})"
+    return f"true means: {true['point']:+.2f} [{true['low']:+.2f}, {true['high']:+.2f}] ({rel})"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -174,6 +188,21 @@ def _interval_words(low, high) -> str:
     return "the interval includes 0"
 
 
+def true_means_words(true: dict | None) -> str:
+    """Finding 1's reading once each method's noise is counted: related, unrelated, or too noisy to tell."""
+    if not true or true["low"] is None:
+        return true_means_text(true)
+    if true["low"] > 0:
+        verdict = "related: the whole interval is above 0"
+    elif true["high"] < 0:
+        verdict = "inversely related: the whole interval is below 0"
+    elif true["high"] - true["low"] > 1:
+        verdict = "too noisy to tell related from unrelated: the interval is wider than 1"
+    else:
+        verdict = "no relation shown: the interval includes 0"
+    return f"{true_means_text(true)}, {verdict}"
+
+
 def findings(analyses: list[PolicyAnalysis]) -> list[str]:
     """Sentences generated from the numbers (never hand-written)."""
     out = []
@@ -184,7 +213,8 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
                         f"{_interval_words(kendall['low'], kendall['high'])}" if kendall["low"] is not None
                         else f" (no interval: {kendall['reason']})")
             out.append(f"{a.policy}: RM accuracy vs policy accuracy across {kendall['point'].n} reward methods, "
-                       f"Kendall τ = {kendall['point'].value:+.2f}{interval}.")
+                       f"Kendall τ = {kendall['point'].value:+.2f}{interval} (observed means); "
+                       f"{true_means_words(kendall.get('true'))}.")
         elif kendall:
             out.append(f"{a.policy}: RM vs policy accuracy correlation undefined ({kendall['point'].reason}).")
         if a.best_icl and a.best_reward:
@@ -193,7 +223,7 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
                 if diff:
                     icl, reward = winners(diff)
                     out.append(f"{a.policy}: best ICL variant ({icl}) − best reward method ({reward}), {title}, "
-                               f"cross-fitted: {interval_text(diff)}; {_interval_words(diff['low'], diff['high'])}; "
+                               f"cross-fitted (the gap between the winners a half of the users picks): {interval_text(diff)}; {_interval_words(diff['low'], diff['high'])}; "
                                f"{power_text(diff, title)}.")
         wins = [(m.label, m.mean("win_rate"), m.mean("rouge1_gain")) for m in a.methods  # λ = 0 writes greedy's text
                 if m.decodes_with_learnt_part and m.user_means.get("win_rate") and not m.switched_off]
@@ -220,8 +250,12 @@ def best_of_n_table(analysis: PolicyAnalysis, curves: dict[str, dict]) -> str:
                                 and curve[name][str(n)] == curve[name][str(n)] else "-")
         rows.append([m.label, with_ci(analysis.cis.get(m.label, {}).get("rm_accuracy"))]
                     + [cell(name, n) for name, _ in shown for n in ns])
-    correlations = (("RM Acc vs ROUGE-1 @N_max", analysis.bon_quality),
-                    ("RM Acc vs ROUGE-1 gain (N_max vs 1)", analysis.bon_gain),
+    # every method's N = 1 output is the same shared sample: the gain is ROUGE-1 @N_max less one constant per
+    # user, the same statistic as ROUGE-1 @N_max; one row says both
+    same = same_correlations(analysis.bon_quality, analysis.bon_gain)
+    correlations = (("RM Acc vs ROUGE-1 @N_max" + (" (= vs the gain from N = 1: the N = 1 sample is shared)"
+                                                   if same else ""), analysis.bon_quality),
+                    ("RM Acc vs ROUGE-1 gain (N_max vs 1)", {} if same else analysis.bon_gain),
                     ("RM Acc vs judged win rate @N_max", analysis.bon_judged),
                     ("RM Acc vs its own RM score @N_max (circular)", analysis.bon_rm_score))
     for statistic, symbol in SYMBOLS.items():
@@ -230,6 +264,13 @@ def best_of_n_table(analysis: PolicyAnalysis, curves: dict[str, dict]) -> str:
                 rows.append([f"{symbol}: {title}", correlation_cell(table.get(statistic))]
                             + [""] * (len(shown) * len(ns)))
     return _table(header, rows)
+
+
+def same_correlations(first: dict, second: dict) -> bool:
+    """Two correlation tables with the same value for every statistic (one would repeat the other)."""
+    values = lambda table: [None if not table.get(s) else table[s]["point"].value for s in SYMBOLS]  # noqa: E731
+    return bool(first) and bool(second) and all(
+        a is not None and b is not None and abs(a - b) < 1e-12 for a, b in zip(values(first), values(second)))
 
 
 def study_sections(analyses: list[PolicyAnalysis], curves: dict[str, dict[str, dict]] | None = None) -> list[str]:

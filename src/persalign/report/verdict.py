@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from persalign.analysis.intervals import PERCENT, difference_bounds, mean_interval, why_none
+from persalign.analysis.intervals import PERCENT, difference_bounds, difference_interval, why_none
+from persalign.analysis.multiplicity import difference_p_value, holm, leader_versus_runner_up
 from persalign.analysis.power import mean_detectable_difference
 from persalign.analysis.study import SWITCHED_OFF, PolicyAnalysis
 from persalign.report.study_sections import interval_text, power_text, winners, with_ci
@@ -77,8 +78,18 @@ def _versus_greedy(method, reference) -> dict | None:
     users = sorted(set(mine) & set(base))
     if len(users) < 2:
         return None
-    result = mean_interval([mine[u] - base[u] for u in users], difference_bounds(PERCENT))
-    return {**result, "detectable": mean_detectable_difference(result.get("sd", 0.0), len(users))}
+    differences = [mine[u] - base[u] for u in users]
+    result = difference_interval(differences, difference_bounds(PERCENT))
+    return {**result, "detectable": mean_detectable_difference(result.get("sd", 0.0), len(users)),
+            "p": difference_p_value(differences)}
+
+
+def adjust_for_the_table(rows: list[VerdictRow]) -> int:
+    """Holm across the table's Δ intervals (each row's `holm_p`); how many intervals the family holds."""
+    tested = [r.versus_greedy for r in rows if r.versus_greedy and not r.switched_off]
+    for d, adjusted in zip(tested, holm([d.get("p") for d in tested])):
+        d["holm_p"] = adjusted
+    return sum(d.get("p") is not None for d in tested)
 
 
 def verdict_rows(store: RunStore, frame: pd.DataFrame, analysis: PolicyAnalysis) -> list[VerdictRow]:
@@ -99,6 +110,7 @@ def verdict_rows(store: RunStore, frame: pd.DataFrame, analysis: PolicyAnalysis)
                                _seconds_per_output(cells), _versus_greedy(method, reference),
                                switched_off=method.switched_off))
     rows.sort(key=lambda r: -r.quality["mean"])
+    adjust_for_the_table(rows)
     for row in rows:
         row.pareto = row.relative_cost is not None and not any(
             other.relative_cost is not None and other.relative_cost <= row.relative_cost
@@ -116,7 +128,9 @@ def _versus(d: dict | None, switched_off: bool = False) -> str:
     detectable = f"{d['detectable']:.1f}" if np.isfinite(d["detectable"]) else "-"
     if d.get("low") is None:
         return f"{d['mean']:+.2f} (no interval: {why_none(d)}) ({detectable})"
-    return f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] ({detectable})"
+    holm_p = d.get("holm_p")
+    adjusted = "" if holm_p is None else f"; Holm p {holm_p:.3f}" if holm_p >= 0.001 else "; Holm p < 0.001"
+    return f"{d['mean']:+.2f} [{d['low']:+.2f}, {d['high']:+.2f}] ({detectable}{adjusted})"
 
 
 def _adapt(a: dict | None) -> str:
@@ -149,23 +163,45 @@ def switched_off_text(analysis: PolicyAnalysis) -> str:
             "decoding.")
 
 
+def leader_text(rows: list[VerdictRow], analysis: PolicyAnalysis) -> str:
+    """'X writes closest to their own text' only where X − the runner-up excludes 0 (paired over users);
+    else 'X ties with Y'."""
+    top = rows[0]
+    if len(rows) < 2:
+        return f"{top.label} writes closest to their own text"
+    second = rows[1]
+    by_label = {m.label: m for m in analysis.methods}
+    d = leader_versus_runner_up(by_label[top.label].user_means.get("rouge1", {}),
+                                by_label[second.label].user_means.get("rouge1", {}), difference_bounds(PERCENT))
+    if d is None or d.get("identical"):
+        return f"{top.label} and {second.label} write alike, closest to their own text"
+    if d["low"] is None:
+        return f"{top.label} has the highest ROUGE-1 (ahead of {second.label} by {d['mean']:+.2f}; no interval: {why_none(d)})"
+    interval = f"{d['mean']:+.2f} ROUGE-1 [{d['low']:+.2f}, {d['high']:+.2f}]"
+    if d["low"] > 0:
+        return f"{top.label} writes closest to their own text (ahead of {second.label} by {interval})"
+    return f"{top.label} ties with {second.label} for closest to their own text ({top.label} − {second.label}: {interval})"
+
+
 def verdict_sentence(rows: list[VerdictRow], analysis: PolicyAnalysis) -> str:
     """What the numbers say, with the cross-fitted interval and its power; 'cannot separate' where it includes 0."""
     top = rows[0]
+    lead = leader_text(rows, analysis)
     cost = f", at {top.relative_cost:.1f}× the counted cost of greedy" if top.relative_cost is not None else ""
     difference = analysis.icl_minus_reward.get("rouge1")
     off = switched_off_text(analysis)
     if not difference or analysis.best_icl is None or analysis.best_reward is None:
-        return f"For these users, {top.label} writes closest to their own text (ROUGE-1 {with_ci(top.quality)}){cost}.{off}"
+        return f"For these users, {lead} (ROUGE-1 {with_ci(top.quality)}){cost}.{off}"
     icl, reward = winners(difference)
     interval = interval_text(difference, " ROUGE-1")
-    power = f". Cross-fitted (winners chosen on one half of the users, measured on the other); {power_text(difference)}"
+    power = (". Cross-fitted (winners chosen on one half of the users, measured on the other: the gap between the "
+             f"winners a half picks, best − best where they are clear); {power_text(difference)}")
     low, high = difference["low"], difference["high"]
     if low is not None and low > 0:
-        return (f"For these users, {top.label} writes closest to their own text{cost}; the best ICL variant "
+        return (f"For these users, {lead}{cost}; the best ICL variant "
                 f"({icl}) beats the best reward method that steers ({reward}) by {interval}{power}.{off}")
     if high is not None and high < 0:
-        return (f"For these users, {top.label} writes closest to their own text{cost}; the best reward method "
+        return (f"For these users, {lead}{cost}; the best reward method "
                 f"that steers ({reward}) beats the best ICL variant ({icl}): ICL − reward = {interval}{power}.{off}")
     return (f"For these users, {top.label} has the highest ROUGE-1{cost}, but the data cannot separate the best "
             f"ICL variant ({icl}) from the best reward method that steers ({reward}): {interval}"
@@ -178,12 +214,15 @@ def verdict_section(store: RunStore, frame: pd.DataFrame, analyses: list[PolicyA
         rows = verdict_rows(store, frame, analysis)
         if len(rows) < 2:
             continue
+        tested = sum(r.versus_greedy is not None and r.versus_greedy.get("p") is not None for r in rows)
         parts += ["", f"## Verdict: which deployment to use for these users ({analysis.policy})", "",
                   verdict_sentence(rows, analysis), "", verdict_table(rows), "",
                   "ROUGE-1 and policy accuracy: means over adaptation users with 95% intervals (Hall's "
                   "skewness-corrected t, clipped to the metric's range; none below 8 users). Δ vs greedy: "
-                  "the paired ROUGE-1 difference from zero-shot on the same users (the same interval), and in brackets "
-                  "the smallest difference these users detect with 80% power (α = 0.05). Costs are COUNTED work, "
+                  "the paired ROUGE-1 difference from zero-shot on the same users (the union of Hall's and the t "
+                  f"interval), in brackets the smallest difference these users detect with 80% power (α = 0.05) and "
+                  f"the p-value Holm-adjusted across the table's {tested} Δ intervals (a Δ whose Holm p < 0.05 is "
+                  "non-zero with the whole table counted; the intervals themselves are each 95%). Costs are COUNTED work, "
                   "not seconds (persalign/cost.py): generation FLOPs per output (prompt prefill, decode steps, "
                   "ARGS's k candidate tokens per step, Best-of-N's N samples and the RM reading them) ÷ "
                   "zero-shot's; adaptation FLOPs per new user (6 · parameters per trained token, plus the "

@@ -1,0 +1,139 @@
+"""The correlation of the methods' TRUE means across methods, counting the noise each method's metric carries.
+
+A method's metric is a mean over a few users: across methods the observed means vary by their true
+differences plus measurement noise, and a correlation of noisy means is pulled toward 0 (the paper's
+Finding 1 direction). With the per-user rows this noise is measured, not assumed:
+
+- noise: the covariance C of the methods' means (both metrics, every method) from the centred per-user
+  rows, C = DDᵀ / (n (n − 1)); users are shared, so noise correlated across methods is in C, and a user
+  effect common to every method cancels out of any correlation across methods;
+- the true between-method covariance T = S − N: S the observed covariance of the means across methods,
+  N what the noise adds to it, (tr C_ab − 1ᵀC_ab1 / k) / (k − 1) for metrics a, b over k methods;
+- each metric's reliability across methods R = T_aa / S_aa (the share of the observed spread that is real);
+  the disattenuated correlation T_xy / √(T_xx T_yy) is the point estimate;
+- the interval inverts a test: for each candidate ρ (a grid in Fisher-z) the observed statistic's
+  distribution is simulated with true means drawn from a bivariate normal of the fitted variances and ρ,
+  and noise drawn by resampling the users (their centred rows, scaled to C); a ρ whose p-value ≥ 5 % is
+  kept. Common random numbers across the grid keep the accepted set an interval. It is stated on each
+  statistic's population scale (Pearson ρ; Spearman (6/π) asin(ρ/2); Kendall (2/π) asin ρ).
+
+No interval where a metric's true spread is estimated ≤ 0 or its reliability below MIN_RELIABILITY ("the
+methods differ by less than their measurement noise"), with the users that would reach it; none below
+MIN_NOISE_USERS users (the noise is then unmeasured) or MIN_TRUE_METHODS methods (coverage unmeasured). Coverage by simulation: tests/test_true_correlation.py,
+docs/design-notes.md.
+
+    python -c "import numpy as np; from persalign.analysis.true_correlation import true_correlation; r=np.random.default_rng(0); m=r.normal(size=(8,1)); print(true_correlation(m+r.normal(size=(8,16)), m+r.normal(size=(8,16)), 'kendall'))"
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MIN_NOISE_USERS = 8  # users below which the noise covariance is not estimated (the means' intervals need as many)
+MIN_TRUE_METHODS = 6  # the fewest methods the coverage was measured at (docs/design-notes.md)
+MIN_RELIABILITY = 0.2  # below it no interval kept its coverage in the simulation (docs/design-notes.md)
+GRID = np.tanh(np.linspace(-3.5, 3.5, 71))  # candidate ρ, even in Fisher-z
+PROCEDURE = "test inversion, true means normal, noise by resampling users"
+
+
+def population_scale(statistic: str, rho):
+    """The statistic's value for a bivariate normal of correlation ρ."""
+    rho = np.asarray(rho, dtype=float)
+    return {"pearson": lambda: rho, "spearman": lambda: 6 / np.pi * np.arcsin(rho / 2),
+            "kendall": lambda: 2 / np.pi * np.arcsin(rho)}[statistic]()
+
+
+def batch_statistic(statistic: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The statistic of every row pair of x, y (..., k): Pearson, Spearman or Kendall's τ-b."""
+    if statistic == "spearman":
+        x, y = (np.argsort(np.argsort(v, -1), -1).astype(float) for v in (x, y))
+    if statistic in ("pearson", "spearman"):
+        x, y = x - x.mean(-1, keepdims=True), y - y.mean(-1, keepdims=True)
+        return (x * y).sum(-1) / np.sqrt((x * x).sum(-1) * (y * y).sum(-1) + 1e-300)
+    i, j = np.triu_indices(x.shape[-1], 1)
+    sx, sy = np.sign(x[..., j] - x[..., i]), np.sign(y[..., j] - y[..., i])
+    return (sx * sy).sum(-1) / np.sqrt((sx != 0).sum(-1) * (sy != 0).sum(-1) + 1e-300)
+
+
+def noise_parts(x_rows: np.ndarray, y_rows: np.ndarray) -> dict:
+    """Observed covariance S of the means across methods, the noise's share N of it, T = S − N, and the
+    centred user rows (2k, n) whose resampling draws the noise."""
+    k, n = x_rows.shape
+    means = np.concatenate([x_rows.mean(1), y_rows.mean(1)])
+    centred = np.concatenate([x_rows, y_rows]) - means[:, None]
+    noise = centred @ centred.T / (n * (n - 1))
+    blocks = {"xx": (slice(0, k), slice(0, k)), "yy": (slice(k, 2 * k), slice(k, 2 * k)),
+              "xy": (slice(0, k), slice(k, 2 * k))}
+    observed = np.cov(means[:k], means[k:])
+    s = {"xx": observed[0, 0], "yy": observed[1, 1], "xy": observed[0, 1]}
+    n_ = {key: (np.trace(noise[b]) - noise[b].sum() / k) / (k - 1) for key, b in blocks.items()}
+    return {"S": s, "N": n_, "T": {key: s[key] - n_[key] for key in s}, "centred": centred, "means": means}
+
+
+def users_for(parts: dict, users: int, target: float = 0.5) -> int | None:
+    """Users at which both metrics' reliability would reach `target` (noise ∝ 1 / users); None if a metric
+    shows no true spread at all."""
+    needed = []
+    for key in ("xx", "yy"):
+        true, noise = parts["T"][key], parts["N"][key]
+        if true <= 0:
+            return None
+        needed.append(users * noise / true * target / (1 - target))
+    return int(np.ceil(max(needed + [users])))
+
+
+def simulated_statistics(statistic: str, parts: dict, draws: int, seed: int) -> np.ndarray:
+    """(grid, draws) statistic of simulated observed means for every candidate ρ (common random numbers)."""
+    rng = np.random.default_rng(seed)
+    centred = parts["centred"]
+    k2, n = centred.shape
+    k = k2 // 2
+    pick = rng.integers(0, n, size=(draws, n))
+    noise = centred[:, pick].mean(-1).T * np.sqrt(n / (n - 1))  # (draws, 2k): a bootstrap mean's var is C·(n−1)/n
+    z1, z2 = rng.standard_normal((2, draws, k))
+    sx, sy = np.sqrt(parts["T"]["xx"]), np.sqrt(parts["T"]["yy"])
+    rho = GRID[:, None, None]
+    x = sx * z1 + noise[:, :k]
+    y = sy * (rho * z1 + np.sqrt(1 - rho ** 2) * z2) + noise[:, k:]
+    return batch_statistic(statistic, np.broadcast_to(x, y.shape), y)
+
+
+def crossing(p_values: np.ndarray, rejected: int, kept: int, alpha: float) -> float:
+    """Where the p-value crosses α between a rejected and a kept grid point, linear in Fisher z (the last kept
+    point alone would cut the interval short by up to a grid step: 3.5 % per tail instead of 2.5 % at 20
+    methods, measured)."""
+    z = np.arctanh(GRID[[rejected, kept]])
+    p = p_values[[rejected, kept]]
+    share = (alpha - p[0]) / (p[1] - p[0]) if p[1] != p[0] else 0.0
+    return float(np.tanh(z[0] + share * (z[1] - z[0])))
+
+
+def true_correlation(x_rows, y_rows, statistic: str, level: float = 0.95, draws: int = 199, seed: int = 0) -> dict:
+    """Interval for the correlation of the methods' true means; `x_rows`, `y_rows`: (methods, users)."""
+    x_rows, y_rows = np.asarray(x_rows, float), np.asarray(y_rows, float)
+    k, n = x_rows.shape
+    out = {"low": None, "high": None, "point": None, "reliability": None, "users_needed": None, "level": level}
+    if n < MIN_NOISE_USERS or k < MIN_TRUE_METHODS:
+        return {**out, "reason": f"{n} users, {k} methods: an interval needs {MIN_NOISE_USERS} users and "
+                                 f"{MIN_TRUE_METHODS} methods"}
+    parts = noise_parts(x_rows, y_rows)
+    reliability = {key[0]: float(parts["T"][key] / parts["S"][key]) if parts["S"][key] > 0 else 0.0
+                   for key in ("xx", "yy")}
+    out.update(reliability=reliability, users_needed=users_for(parts, n))
+    if min(reliability.values()) < MIN_RELIABILITY:
+        return {**out, "reason": "the methods differ by less than their measurement noise (reliability "
+                                 f"{min(reliability.values()):.2f})"}
+    rho = float(np.clip(parts["T"]["xy"] / np.sqrt(parts["T"]["xx"] * parts["T"]["yy"]), -1, 1))
+    observed = float(batch_statistic(statistic, x_rows.mean(1), y_rows.mean(1)))
+    simulated = simulated_statistics(statistic, parts, draws, seed)
+    tied = 0.5 * (np.abs(simulated - observed) <= 1e-12).sum(-1)  # mid-p: Kendall over few methods is discrete
+    upper = ((simulated > observed + 1e-12).sum(-1) + tied + 1) / (draws + 1)
+    lower = ((simulated < observed - 1e-12).sum(-1) + tied + 1) / (draws + 1)
+    p_values = 2 * np.minimum(upper, lower)
+    kept = np.flatnonzero(p_values > 1 - level)
+    if not len(kept):
+        return {**out, "point": float(population_scale(statistic, rho)), "reason": "no correlation fits the data"}
+    low = -1.0 if kept[0] == 0 else crossing(p_values, kept[0] - 1, kept[0], 1 - level)
+    high = 1.0 if kept[-1] == len(GRID) - 1 else crossing(p_values, kept[-1] + 1, kept[-1], 1 - level)
+    return {**out, "point": float(population_scale(statistic, rho)), "low": float(population_scale(statistic, low)),
+            "high": float(population_scale(statistic, high)), "reason": None, "procedure": PROCEDURE}
