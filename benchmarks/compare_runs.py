@@ -7,7 +7,8 @@ number a reader sees (the view of tests/golden.py: timings, memory and the work 
 row's generation and scores. A row whose generation differs is excused only where either run counted a
 near-tie in it (`args_near_ties`), and then the cell's summary may differ too; it is listed either way.
 
-    python benchmarks/compare_runs.py RUN_DIR_A RUN_DIR_B     # exit 1 if an unexcused difference is found
+    python benchmarks/compare_runs.py RUN_DIR_A RUN_DIR_B     # exit 1: an unexcused difference; 2: a side is
+                                                              # missing, empty or damaged, or no cell is shared
 """
 
 from __future__ import annotations
@@ -22,32 +23,72 @@ sys.path.insert(0, str(ROOT))
 from tests.golden import view  # noqa: E402  (the view a reader sees; one definition for tests and this check)
 
 
+class RunProblem(Exception):
+    """A side that cannot be compared: missing, empty, not a run, or a damaged file (named)."""
+
+
+def read_json(path: Path, kind: type = dict):
+    """A JSON file of the expected kind, or RunProblem naming it."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:
+        raise RunProblem(f"{path}: unreadable ({type(error).__name__}: {str(error)[:80]})") from error
+    if not isinstance(value, kind):
+        raise RunProblem(f"{path}: holds {type(value).__name__}, not a JSON {kind.__name__}")
+    return value
+
+
 def cell_folders(run_dir: Path) -> dict:
-    """cell label/seed, as view() names it (from the cell's metrics.json) -> its folder."""
+    """cell label/seed, as view() names it (from the cell's metrics.json) -> its folder; RunProblem for a side
+    that is no run folder or holds no finished cell (a check must not pass on nothing)."""
+    if not run_dir.is_dir():
+        raise RunProblem(f"{run_dir}: no such folder" if not run_dir.exists() else f"{run_dir}: not a folder")
     out = {}
     for path in sorted(run_dir.glob("cells/*/*/seed-*/metrics.json")):
-        metrics = json.loads(path.read_text())
+        metrics = read_json(path)
+        if "decoder" not in metrics or "seed" not in metrics:
+            raise RunProblem(f"{path}: no decoder or seed: not a cell's metrics")
+        if not (path.parent / "rows.jsonl").is_file():
+            raise RunProblem(f"{path.parent / 'rows.jsonl'}: missing beside a finished cell's metrics.json")
         out[f"{metrics['decoder']} | seed {metrics['seed']}"] = path.parent
+    if not out:
+        raise RunProblem(f"{run_dir}: no finished cell (cells/*/*/seed-*/metrics.json): not a run folder, or empty")
     return out
 
 
-def lambda_choices(run_dir: Path) -> dict:
+def lambda_choices(folders: dict) -> dict:
     """cell label/seed -> its stored λ choice (λ and curve)."""
     out = {}
-    for label, folder in cell_folders(run_dir).items():
+    for label, folder in folders.items():
         if (folder / "lambda.json").exists():
-            choice = json.loads((folder / "lambda.json").read_text())
+            choice = read_json(folder / "lambda.json")
+            if "lambda" not in choice:
+                raise RunProblem(f"{folder / 'lambda.json'}: no 'lambda'")
             out[label] = {"lambda": choice["lambda"], "curve": choice.get("curve", {})}
     return out
 
 
-def near_tie_ids(run_dir: Path) -> dict:
+def near_tie_ids(folders: dict) -> dict:
     """cell label/seed -> ids of rows in which the shared pass counted a near-tie."""
     out = {}
-    for label, folder in cell_folders(run_dir).items():
-        rows = [json.loads(line) for line in (folder / "rows.jsonl").read_text().splitlines() if line.strip()]
-        out[label] = {r["id"] for r in rows if r.get("args_near_ties", 0)}
+    for label, folder in folders.items():
+        path = folder / "rows.jsonl"
+        try:
+            rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            out[label] = {r["id"] for r in rows if r.get("args_near_ties", 0)}
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as error:
+            raise RunProblem(f"{path}: damaged ({type(error).__name__}: {str(error)[:80]})") from error
     return out
+
+
+def load(run_dir: Path) -> tuple[dict, dict, dict]:
+    """(view, λ choices, near-tie ids) of one side; RunProblem names what is wrong."""
+    folders = cell_folders(run_dir)
+    lambdas, ties = lambda_choices(folders), near_tie_ids(folders)
+    try:
+        return view(run_dir), lambdas, ties
+    except Exception as error:  # noqa: BLE001 — persalign's own readers name the damaged file
+        raise RunProblem(f"{run_dir}: {type(error).__name__}: {str(error)[:160]}") from error
 
 
 def differences(a, b, where: str = "", rel: float = 1e-9) -> list[str]:
@@ -78,12 +119,20 @@ def compare_cell(label: str, cells: tuple[dict, dict], ties: set, lambdas: tuple
 
 
 def main(run_a: Path, run_b: Path) -> int:
-    views = view(run_a), view(run_b)
-    lambdas = lambda_choices(run_a), lambda_choices(run_b)
-    ties_a, ties_b = near_tie_ids(run_a), near_tie_ids(run_b)
+    """0: every cell both runs hold reports the same; 1: an unexcused difference; 2: a side cannot be compared
+    (missing, empty, damaged) or the runs share no cell — one line each, never a pass on nothing."""
+    try:
+        (view_a, lambdas_a, ties_a), (view_b, lambdas_b, ties_b) = load(run_a), load(run_b)
+    except RunProblem as problem:
+        print(f"compare_runs: cannot compare: {problem}", file=sys.stderr)
+        return 2
+    views, lambdas = (view_a, view_b), (lambdas_a, lambdas_b)
     shared = sorted(views[0].keys() & views[1].keys())
     print(f"{run_a} vs {run_b}: {len(shared)} cells in both "
           f"({len(views[0]) - len(shared)} only in the first, {len(views[1]) - len(shared)} only in the second)")
+    if not shared:
+        print("compare_runs: the runs share no cell: nothing compared", file=sys.stderr)
+        return 2
     bad = 0
     for label in shared:
         ties = ties_a.get(label, set()) | ties_b.get(label, set())
