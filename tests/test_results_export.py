@@ -135,3 +135,20 @@ def test_wandb_project_without_wandb_installed_is_one_line(finished, monkeypatch
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb now raises ImportError
     with pytest.raises(ConfigError, match=r"--wandb-project needs wandb: pip install wandb"):
         log_run(finished, "p")
+
+
+def test_export_never_replaces_a_device_fifo_or_folder_it_is_pointed_at(finished, tmp_path, capsys):
+    """Issue #56: `export -o /dev/full` (as root) renamed its temporary file over the device node, leaving a
+    regular file; the same for /dev/null or a FIFO (here: a FIFO, so the test can't harm the machine). Before
+    (41e66f0) the FIFO became a 77 kB regular file and the export said 'wrote'."""
+    import os
+    import stat
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for target, kind in ((fifo, "not a regular file"), (tmp_path, "a folder")):
+        assert cli.main(["export", str(finished), "--format", "rows", "-o", str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err == f"persalign: error: {target}: {kind}{' (a device, FIFO or socket)' if target == fifo else ''}; " \
+                      "persalign writes only to regular files or new paths", err
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and not (tmp_path / "pipe.tmp").exists()

@@ -40,3 +40,7 @@ def did_you_mean(name: object, choices) -> str:
 
     matches = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
     return f" (did you mean {matches[0]!r}?)" if matches else ""
+
+
+class OutputPathError(PersalignError):
+    """A path persalign was asked to write that is not a regular file or a new path."""

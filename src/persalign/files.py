@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import yaml
 
-from persalign.errors import PersalignError
+from persalign.errors import OutputPathError, PersalignError
 
 NUMBER = (int, float)
 
@@ -127,9 +127,19 @@ def naming(path):
         raise
 
 
+def writable_target(path) -> Path:
+    """`path` if persalign may write it: a new path or a regular file. A device (/dev/null, /dev/full), a FIFO,
+    a socket or a folder is refused in one line — the rename below would replace the device node itself."""
+    path = Path(path)
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file (a device, FIFO or socket)"
+        raise OutputPathError(f"{path}: {kind}; persalign writes only to regular files or new paths")
+    return path
+
+
 def write_atomic(path, content: str | bytes) -> None:
     """Write through a temporary file and a rename: a kill leaves the old file or the new, never half."""
-    path = Path(path)
+    path = writable_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with naming(tmp):

@@ -15,6 +15,7 @@ from persalign.analysis.study import analyse
 from persalign.report.figures import (  # noqa: F401  (_label_points: tests use it from here)
     _label_points, figure_generation, figure_quality_vs_cost, figure_rm_vs_policy, figure_shots,
 )
+from persalign.files import write_atomic
 from persalign.report.markdown import build_report, results_frame
 from persalign.runner.store import RunStore
 
@@ -56,5 +57,5 @@ def build_html_report(run_dir: str | Path) -> Path:
             ".wide{overflow-x:auto;margin:0.5em 0}</style></head>"
             f"<body>\n{body}\n</body></html>\n")
     path = Path(run_dir) / "report.html"
-    path.write_text(page, encoding="utf-8")
+    write_atomic(path, page)  # a regular file or a new path only (files.writable_target)
     return path
