@@ -69,3 +69,30 @@ def test_rl_cells_tune_one_adapter_per_user_for_a_personalized_rm_and_resume(tmp
     assert again["LoRE (RL)"]["rouge1"] == cells["LoRE (RL)"]["rouge1"]
     assert "LoRE (RL)" in build_report(store.root)
     assert json.loads((folder / "metrics.json").read_text())["settings"]["rl"]["steps_cap"] == 1
+
+
+def test_a_stored_adapter_that_is_no_adapter_of_the_policy_is_set_aside_and_tuned_again(tmp_path, cache_dir, capsys):
+    """Issue #56: an adapter file replaced by a valid safetensors file of one unrelated tensor was loaded without
+    a word on resume (41e66f0): the untuned policy reported as 'Global RM (RL)', 43 values different, exit 0."""
+    from safetensors.torch import save_file
+
+    config = load_config("demo-baselines", TINY + [
+        "seeds=[0]", "decoders=[{name: zero_shot}]", "methods=[{name: global_rm}]", "reward.epochs=1",
+        "args.enabled=false", "rl.enabled=true", "rl.steps=1", "rl.generations=2", "split.max_query_per_user=2"])
+    lines: list[str] = []
+    store = run(config, tmp_path / "run", log=lines.append)
+    before = {m["decoder"]: m for m in store.all_metrics()}["Global RM (RL)"]
+    folder = store.cell_dir(Cell(config.policies[0], "Global RM (RL)", 0))
+    rows_before = (folder / "rows.jsonl").read_text()
+    (adapter,) = list((folder / "rl").glob("*.safetensors"))
+    for name in ("metrics.json", "rows.jsonl"):
+        (folder / name).unlink()  # as if interrupted after tuning: the adapter is read back
+    save_file({"unrelated": torch.zeros(3)}, str(adapter))
+    capsys.readouterr()
+    again = {m["decoder"]: m for m in run(config, tmp_path / "run", log=lines.append).all_metrics()}
+    warnings = capsys.readouterr().err.splitlines()
+    assert any(f"{adapter.name}: damaged (28 of its 28 LoRA tensors missing" in line and "tuned again" in line
+               for line in warnings), warnings
+    assert adapter.with_name(adapter.name + ".damaged").exists()
+    assert (folder / "rows.jsonl").read_text() == rows_before
+    assert again["Global RM (RL)"]["rouge1"] == before["rouge1"]

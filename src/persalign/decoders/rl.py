@@ -27,9 +27,9 @@ from persalign.decoders.args import add_own_rm_win_rate, plain_prompts
 from persalign.decoders.base import (
     DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
 )
-from persalign.decoders.rl_training import CountedReward, tune, tuned_model
+from persalign.decoders.rl_training import CountedReward, adapter_mismatch, adapter_shapes, tune, tuned_model
 from persalign.decoding import clean_generation, decode_from, greedy, prefill
-from persalign.files import read_tensors, write_atomic
+from persalign.files import DamagedFileError, read_tensors, set_aside, short, write_atomic
 from persalign.registry import register_decoder
 from persalign.rewards.policy_scoring import whole_response_rewards
 from persalign.scoring import logprobs_from_prefill, mean_logprob
@@ -56,6 +56,7 @@ class RLDeployment(TrainedDeployment):
         self.options, self.lm = ctx.run.config.rl, ctx.policy.lm
         self.tunings: dict = {}
         self.merged: tuple[str, object] | None = None  # the adapter merged last (batches keep a user together)
+        self.expected: dict | None = None  # name -> shape of this policy's adapter tensors (read back files are checked)
 
     def adapter_of(self, user: str) -> str:
         return user if self.trained.method.personalized else EVERY_USER
@@ -73,7 +74,9 @@ class RLDeployment(TrainedDeployment):
         name = hashlib.sha1(key.encode("utf-8")).hexdigest()[:12]
         weights, log = folder / f"{name}.safetensors", folder / f"{name}.json"
         if weights.exists() and log.exists():  # the log is written last: both present means complete
-            return {**json.loads(log.read_text(encoding="utf-8")), "state": read_tensors(weights)}
+            stored = self._stored(weights, log)
+            if stored is not None:
+                return stored
         reward, users = self._reward(members)
         started = time.perf_counter()
         with tempfile.TemporaryDirectory() as scratch:  # TRL's output_dir: nothing of it is kept
@@ -84,6 +87,23 @@ class RLDeployment(TrainedDeployment):
                 "rewards": tuning.rewards, "seconds": time.perf_counter() - started}
         write_atomic(log, json.dumps(info))
         return {**info, "state": tuning.state}
+
+    def _stored(self, weights, log) -> dict | None:
+        """The stored tuning, or None where its files are damaged or hold no adapter of this policy (both set
+        aside in one line; the adapter is tuned again)."""
+        try:
+            info, state = json.loads(log.read_text(encoding="utf-8")), read_tensors(weights)
+            problem = None if isinstance(info, dict) else "its log is not a JSON object"
+            if problem is None:
+                self.expected = self.expected or adapter_shapes(self.lm, self.options)
+                problem = adapter_mismatch(state, self.expected)
+        except (OSError, UnicodeDecodeError, ValueError, DamagedFileError) as error:
+            problem = error.problem if isinstance(error, DamagedFileError) else f"{type(error).__name__}: {short(error)}"
+        if problem is None:
+            return {**info, "state": state}
+        set_aside(weights, problem, "the adapter is tuned again")
+        set_aside(log, problem, "the adapter is tuned again", damaged=False)
+        return None
 
     def _reward(self, members: list[str]) -> tuple[CountedReward, list[str]]:
         """The reward function over the members' support prompts (text as TRL reads it -> the policy's ids)."""

@@ -101,6 +101,26 @@ def tune(policy_lm, reward: CountedReward, users: list[str], config, seed: int, 
     return Tuning(state, reward.flops, reward.completions, rewards)
 
 
+def adapter_shapes(policy_lm, config) -> dict[str, tuple]:
+    """Name -> shape of every tensor a tuned adapter of this policy and LoRA config holds."""
+    from peft import get_peft_model, get_peft_model_state_dict
+
+    model = get_peft_model(copy.deepcopy(policy_lm.model), lora_config(config))
+    return {name: tuple(tensor.shape) for name, tensor in get_peft_model_state_dict(model).items()}
+
+
+def adapter_mismatch(state: dict, expected: dict[str, tuple]) -> str | None:
+    """Why a stored adapter is not one of this policy's (None: it is): PEFT loads a foreign file without a word."""
+    missing = sorted(set(expected) - set(state))
+    if missing:
+        return f"{len(missing)} of its {len(expected)} LoRA tensors missing (first: {missing[0]})"
+    unexpected = sorted(set(state) - set(expected))
+    if unexpected:
+        return f"tensors that are no LoRA weight of this policy (first: {unexpected[0]})"
+    wrong = next((name for name, shape in expected.items() if tuple(state[name].shape) != shape), None)
+    return None if wrong is None else f"{wrong} has shape {tuple(state[wrong].shape)}, not {expected[wrong]}"
+
+
 def tuned_model(policy_lm, state: dict, config):
     """The policy with a tuned adapter merged in: a plain model of the policy's shape (decoded like it)."""
     from peft import get_peft_model, set_peft_model_state_dict
