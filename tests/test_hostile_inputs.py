@@ -4,6 +4,7 @@ runs one command, and names what the code before the issue did instead."""
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -238,3 +239,39 @@ def test_repairing_a_damaged_rows_file_does_not_call_the_intact_timings_damaged(
     err = capsys.readouterr().err
     assert f"{cell / 'rows.jsonl'}: damaged (" in err
     assert f"{cell / 'timings.jsonl'}: intact, but its cell's rows.jsonl is damaged; moved to" in err
+
+
+OSC, CSI = "\x1b]0;pwned\x07", "\x1b[31m"
+
+
+def planted_data(tmp_path) -> Path:
+    """The demo's authors as your own data, an OSC title sequence in every headline and a CSI colour and a
+    backspace in one user's name."""
+    from persalign.data.demo_authors import demo_records
+
+    path = tmp_path / "writing.jsonl"
+    with path.open("w") as out:
+        for record in demo_records():
+            user = record["user"] + (CSI + "\b" if record["user"] == demo_records()[0]["user"] else "")
+            out.write(json.dumps({"user": user, "input": record["input"], "output": record["output"] + OSC}) + "\n")
+    return path
+
+
+def test_control_sequences_from_data_never_reach_the_terminal_or_the_report_raw(tmp_path, capsys, cache_dir):
+    """Issue #56: `data summary` printed a headline's OSC sequence raw (it retitled the terminal), report.md
+    stored it and `persalign report` printed it (41e66f0)."""
+    data = ["demo-baselines", "data.dataset=completions_jsonl", f"data.path={planted_data(tmp_path)}",
+            "data.task=headline", "data.embedder=hashing-bow", "policies=[tiny-llama]", "metrics.names=[rouge]"]
+    assert cli.main(["data", "summary"] + data) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out and "\b" not in out
+    assert "\\x1b]0;pwned\\x07" in out
+    run_dir = tmp_path / "run"
+    assert cli.main(["run"] + data + ["-o", str(run_dir), "decoders=[{name: zero_shot}]", "methods=[]", "seeds=[0]",
+                                      "split.max_query_per_user=1", "best_of_n.enabled=false"]) == 0
+    assert cli.main(["report", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    report = (run_dir / "report.md").read_text()
+    for text in (out, report):
+        assert "\x1b" not in text and "\x07" not in text and "\b" not in text
+    assert "\\x1b]0;pwned\\x07" in report  # shown, escaped

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from persalign.cli_parser import build_parser, split_overrides  # noqa: F401  (split_overrides: tests use it here)
 from persalign.errors import PersalignError
+from persalign.files import escape_controls
 
 
 def _cmd_run(args) -> None:
@@ -32,13 +33,18 @@ def _cmd_run(args) -> None:
     config = load_config(args.config, args.overrides)
     _check_wandb(args)
     store = run(config, args.output or f"runs/{config.name}", log=_log(args), backend=_backend(args))
-    print(closing_summary(store.root))
+    say(closing_summary(store.root))
     _log_to_wandb(args, [store.root])
+
+
+def say(*parts, file=None) -> None:
+    """print, with control characters escaped: names and text from data reach the terminal as text only."""
+    print(*(escape_controls(str(part)) for part in parts), file=file)
 
 
 def _log(args):
     """Progress lines on standard output, or none with --quiet (errors still go to standard error)."""
-    return (lambda *_: None) if args.quiet else print
+    return (lambda *_: None) if args.quiet else say
 
 
 def _log_to_wandb(args, run_dirs) -> None:
@@ -66,7 +72,7 @@ def _cmd_study(args) -> None:
     run_dirs = run_study(args.configs, args.overrides, args.output, args.quick, log=_log(args),
                          backend=_backend(args))
     for run_dir in run_dirs:
-        print(closing_summary(run_dir, written=True))
+        say(closing_summary(run_dir, written=True))
     _log_to_wandb(args, run_dirs)
 
 
@@ -88,7 +94,7 @@ def _cmd_report(args) -> int:
 
         print(f"wrote {build_html_report(args.run_dir)}")
     else:
-        print(build_report(args.run_dir))
+        say(build_report(args.run_dir))
     return _warn_incomplete(args.run_dir)
 
 
@@ -100,11 +106,11 @@ def _warn_incomplete(run_dir) -> int:
     store = RunStore(run_dir)
     finished = {(m["policy"], m["decoder"], m["seed"]) for m in store.all_metrics()}
     for problem in store.problems:
-        print(f"persalign: damaged cell {problem}", file=sys.stderr)
+        say(f"persalign: damaged cell {problem}", file=sys.stderr)
     absent = absent_cells(store, finished)
     if absent:
-        print(f"persalign: a partial run: {len(absent)} planned cells absent: {'; '.join(absent[:8])}"
-              f"{' …' if len(absent) > 8 else ''}", file=sys.stderr)
+        say(f"persalign: a partial run: {len(absent)} planned cells absent: {'; '.join(absent[:8])}"
+            f"{' …' if len(absent) > 8 else ''}", file=sys.stderr)
     return 1 if store.problems or absent else 0
 
 
@@ -129,7 +135,7 @@ def _cmd_data_summary(args) -> None:
 
     config = load_config(args.config, args.overrides)
     check_methods(config)  # a method or setting the run would refuse is said now, not after the data is read
-    print(summarize_data(config))
+    say(summarize_data(config))
 
 
 def _cmd_plan(args) -> None:
@@ -140,7 +146,7 @@ def _cmd_plan(args) -> None:
     config = load_config(args.config, args.overrides)
     check_methods(config)
     peak = args.gpu_tflops or GPU_PEAKS[args.gpu]
-    print(plan_report(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown)))
+    say(plan_report(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown)))
 
 
 def _cmd_list(args) -> None:
@@ -249,13 +255,13 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return _quiet_broken_pipe()
     except PersalignError as exc:
-        print(f"persalign: error: {exc}", file=sys.stderr)
+        say(f"persalign: error: {exc}", file=sys.stderr)  # errors quote records: escaped like any data
         return 2
     except MemoryError as exc:  # numpy's ArrayMemoryError too
         print(f"persalign: error: {out_of_memory(exc)}", file=sys.stderr)
         return 2
     except OSError as exc:  # read-only folder, disk full, a directory where a file belongs: one line, not a traceback
-        print(f"persalign: error: {os_problem(exc)}", file=sys.stderr)
+        say(f"persalign: error: {os_problem(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as exc:
         what = "terminated (SIGTERM)" if isinstance(exc, Terminated) else "interrupted"

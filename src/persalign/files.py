@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -125,6 +126,15 @@ def naming(path):
         if error.filename is None:
             raise OSError(error.errno, error.strerror or str(error), str(path)) from error
         raise
+
+
+CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab and newline, DEL, C1
+
+
+def escape_controls(text: str) -> str:
+    """Control characters as visible escapes (ESC -> \\x1b): text from data never retitles, recolours or rewrites
+    a terminal (OSC, CSI, backspace) nor hides in a Markdown or HTML report."""
+    return CONTROLS.sub(lambda match: f"\\x{ord(match.group()):02x}", text)
 
 
 def writable_target(path) -> Path:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from persalign.analysis.study import analyse, display_labels
 from persalign.decoders.base import properties_of
-from persalign.files import write_atomic
+from persalign.files import escape_controls, write_atomic
 from persalign.report.closing import sample_generations, what_next
 from persalign.report.results import write_results
 from persalign.report.downstream import downstream_sections
@@ -271,7 +271,7 @@ def build_report(run_dir: str | Path, analyses: list | None = None) -> str:
     if problems:
         parts += ["", "## Damaged cells (not in any table above)", ""] + [f"- {p}" for p in problems]
     parts += what_next(run_dir, frame)
-    text = "\n".join(parts) + "\n"
+    text = escape_controls("\n".join(parts) + "\n")  # text from data: no terminal escape reaches the page
     write_atomic(Path(run_dir) / "report.md", text)
     write_results(run_dir, analyses)
     return text
