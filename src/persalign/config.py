@@ -157,6 +157,8 @@ class JudgeConfig:
     context_items: int = 2  # the user's earlier texts shown to the judge where the data has no rubric
     context_chars: int = 300  # each of them cut to this many characters
     max_new_tokens: int = 4  # the answer: A, B or tie
+    timeout_s: float = 60.0  # an endpoint's answer is waited for this long, then asked again ...
+    retries: int = 2  # ... this many times; then the run stops in one line (finished cells kept)
 
 
 @dataclass

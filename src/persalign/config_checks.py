@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
 from persalign.errors import ConfigError
 
@@ -109,6 +110,21 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "best_of_n.ns": _nonempty_list(lambda n: isinstance(n, int) and n >= 1, "integers >= 1"),
     "metrics.bertscore_layer": _optional_at_least(1),
     "best_of_n.temperature": ((lambda v: v > 0), "a number > 0"),
+    # the RL leg: a bad value used to tune anyway (steps 0), train by epochs (steps -1) or fail inside TRL / PEFT
+    "rl.steps": ((lambda v: COUNT[0](v) and v <= 100_000), "an integer from 1 to 100000"),
+    "rl.generations": ((lambda v: COUNT[0](v) and v >= 2), "an integer >= 2 (GRPO compares a group)"),
+    "rl.prompts_per_step": COUNT,
+    "rl.learning_rate": POSITIVE,
+    "rl.lora_rank": COUNT,
+    "rl.lora_alpha": POSITIVE,
+    "rl.temperature": POSITIVE,
+    # the judge: a negative count was used as a slice, 0 new tokens made every answer unparseable
+    "judge.context_items": ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0), "an integer >= 0"),
+    "judge.context_chars": ((lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0), "an integer >= 0"),
+    "judge.max_new_tokens": COUNT,
+    "judge.timeout_s": POSITIVE,
+    "judge.retries": ((lambda v: isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 10),
+                      "an integer from 0 to 10"),
 }
 DEMO_DRAWS = ("per_user", "per_query")
 DECODER_RULES = {"shots": _at_least(0), "draw": ((lambda v: v is None or v in DEMO_DRAWS),
@@ -166,3 +182,21 @@ def validate(config, where: str = "config") -> None:
     for i, decoder in enumerate(config.decoders):
         for key, rule in DECODER_RULES.items():
             check_value(getattr(decoder, key), rule, f"decoders[{i}].{key}", where)
+    check_judge_endpoint(config.judge, where)
+
+
+def check_judge_endpoint(judge, where: str) -> None:
+    """An endpoint needs the models it serves, and an http(s) URL with a host (`http://[::1` raised inside httpx)."""
+    if judge.endpoint is None:
+        return
+    if not judge.models:
+        raise ConfigError(f"{where}.judge.endpoint: {judge.endpoint!r} is set but judge.models names no model it "
+                          "serves, so nothing would be judged; set judge.models=[NAME]")
+    try:
+        parts = urlsplit(str(judge.endpoint))
+        good = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        good = False
+    if not good:
+        raise ConfigError(f"{where}.judge.endpoint: {judge.endpoint!r} is not an http(s) URL with a host "
+                          "(e.g. http://127.0.0.1:8000/v1)")

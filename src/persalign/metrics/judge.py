@@ -140,32 +140,58 @@ def lm_judge(lm, max_new_tokens: int = 4) -> Generator:
     return LMJudge(lm, max_new_tokens)
 
 
-def endpoint_judge(base_url: str, model: str, api_key: str = "none", max_tokens: int = 4) -> Generator:
+def answer_text(response) -> str:
+    """The text of a chat completion, "" for a malformed one (no choices, no message, not a completion at all:
+    an HTML page answered with 200): the pair's answer is then unparseable, counted as invalid."""
+    try:
+        content = response.choices[0].message.content
+    except (AttributeError, IndexError, KeyError, TypeError):
+        return ""
+    return content if isinstance(content, str) else ""
+
+
+def endpoint_judge(base_url: str, model: str, api_key: str = "none", max_tokens: int = 4, timeout_s: float = 60.0,
+                   retries: int = 2) -> Generator:
     """A model served behind an OpenAI-compatible endpoint (vLLM, `transformers serve`, …) as the judge.
-    The endpoint is asked for its models first: one that cannot be reached is refused in one line before any
-    cell is judged."""
+    The endpoint is asked for its models first: one that cannot be reached — or does not answer within
+    `timeout_s`, `retries` times more — is refused in one line before any cell is judged (the client's own
+    default waited 600 s × 3)."""
     from persalign.errors import ConfigError
 
     try:
+        import httpx
         import openai
     except ImportError:
         raise ConfigError("an endpoint judge needs the openai client: pip install openai") from None
-    client = openai.OpenAI(base_url=base_url, api_key=api_key)
+    client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=retries)
+    wait = f"no answer within {timeout_s:g} s × {retries + 1} tries (judge.timeout_s, judge.retries)"
     try:
         client.models.list()
     except openai.APIStatusError:
         pass  # it answered: some servers (transformers serve, offline) cannot list their models
-    except openai.OpenAIError as error:
-        raise ConfigError(f"judge.endpoint {base_url}: {type(error).__name__}: {error}; start the server or fix "
-                          "the URL (judge.endpoint=http://HOST:PORT/v1)") from None
+    except (openai.OpenAIError, ValueError, httpx.InvalidURL) as error:  # the config check refuses most bad URLs
+        why = wait if isinstance(error, openai.APITimeoutError) else f"{type(error).__name__}: {error}"
+        raise ConfigError(f"judge.endpoint {base_url}: {why}; start the server or fix the URL "
+                          "(judge.endpoint=http://HOST:PORT/v1)") from None
+    except (AttributeError, KeyError, TypeError):  # the client could not parse the answer (an HTML page, …)
+        raise ConfigError(f"judge.endpoint {base_url}: its answer to GET /models is not the OpenAI API's; is this "
+                          "the server's /v1 base URL?") from None
+
+    def ask(prompt: str) -> str:
+        try:
+            return answer_text(client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": prompt}], temperature=0, max_tokens=max_tokens))
+        except openai.OpenAIError:
+            raise
+        except (AttributeError, KeyError, TypeError, ValueError):  # the client could not parse it (HTML with 200)
+            return ""
 
     def generate(prompts: list[str]) -> list[str]:
         try:
-            return [client.chat.completions.create(model=model, messages=[{"role": "user", "content": p}],
-                                                   temperature=0, max_tokens=max_tokens).choices[0].message.content
-                    or "" for p in prompts]
+            return [ask(p) for p in prompts]
         except openai.OpenAIError as error:
-            raise ConfigError(f"judge.endpoint {base_url} ({model}): {type(error).__name__}: {error}; finished "
-                              "cells are kept, re-run the same command to resume") from None
+            why = wait if isinstance(error, openai.APITimeoutError) else f"{type(error).__name__}: {error}"
+            raise ConfigError(f"judge.endpoint {base_url} ({model}): {why}; finished cells are kept, re-run the "
+                              "same command to resume") from None
 
     return generate

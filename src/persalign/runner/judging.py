@@ -44,7 +44,8 @@ def load_judges(config, device: str, dtype: str, cache_dir) -> Judges | None:
     if not judge.models:
         return None
     if judge.endpoint:
-        return Judges(judge, [endpoint_judge(judge.endpoint, m, max_tokens=judge.max_new_tokens) for m in judge.models])
+        return Judges(judge, [endpoint_judge(judge.endpoint, m, max_tokens=judge.max_new_tokens,
+                                             timeout_s=judge.timeout_s, retries=judge.retries) for m in judge.models])
     return Judges(judge, [LMJudge(_judge_model(m, device, dtype, cache_dir), judge.max_new_tokens)
                           for m in judge.models])
 
