@@ -94,3 +94,56 @@ def test_the_queries_per_user_of_a_design_are_their_harmonic_mean():
 
     assert harmonic_queries([1, 3]) == pytest.approx(1.5) and harmonic_queries([2, 2, 2]) == 2
     assert harmonic_queries([]) == 0.0 and harmonic_queries([0, 4]) == 4
+
+
+PLAN = ["plan", "demo-baselines"] + TINY_ARGS
+
+
+@pytest.mark.parametrize("option, value, rule", [
+    ("--budget-hours", "0", "a number of hours > 0 and at most 100000"),
+    ("--budget-hours", "-2", "a number of hours > 0 and at most 100000"),
+    ("--budget-hours", "nan", "a number of hours > 0 and at most 100000"),
+    ("--budget-hours", "inf", "a number of hours > 0 and at most 100000"),
+    ("--budget-hours", "1e9", "a number of hours > 0 and at most 100000"),
+    ("--gpu-tflops", "0", "a finite peak > 0 (TFLOP/s)"),
+    ("--gpu-tflops", "-5", "a finite peak > 0 (TFLOP/s)"),
+    ("--utilisation", "0", "a share of the peak in (0, 1]"),
+    ("--utilisation", "2", "a share of the peak in (0, 1]"),
+    ("--utilisation", "nan", "a share of the peak in (0, 1]"),
+    ("--slowdown", "0", "a finite factor >= 1 (this machine's seconds ÷ its floor)"),
+])
+def test_plan_options_are_refused_in_one_line_before_any_work(capsys, option, value, rule):
+    """Before (41e66f0): budget 0 ignored, negative / NaN / inf accepted, --gpu-tflops 0 silently the named GPU's,
+    --utilisation 0 a ZeroDivisionError traceback, 2 and NaN accepted, --slowdown 0 accepted."""
+    from tests.bad_input_helpers import cli_error
+
+    line = cli_error(capsys, PLAN + [option, value])
+    assert line == f"persalign: error: {option}: {float(value)!r} is not allowed (must be {rule})", line
+
+
+def test_a_from_run_that_is_missing_empty_or_of_other_data_is_refused(tmp_path, capsys, cache_dir):
+    """Before: each was silently replaced by the stated defaults while the plan said "no --from-run"."""
+    from tests.bad_input_helpers import cli_error
+
+    assert cli_error(capsys, PLAN + ["--from-run", str(tmp_path / "nope")]).endswith("not a run folder (no config.yaml)")
+    (tmp_path / "empty").mkdir()
+    assert "not a run folder" in cli_error(capsys, PLAN + ["--from-run", str(tmp_path / "empty")])
+    config = load_config("demo-baselines", TINY_ARGS + ["decoders=[{name: zero_shot}]", "methods=[]"])
+    store = run(config, tmp_path / "partial", log=lambda *_: None)  # no ICL cell: no users' spread to read
+    assert "no finished ICL cell" in cli_error(capsys, PLAN + ["--from-run", str(store.root)])
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.yaml").write_text((store.root / "config.yaml").read_text().replace("dataset: demo",
+                                                                                     "dataset: lamp5"))
+    assert "a run of other data (lamp5" in cli_error(capsys, PLAN + ["--from-run", str(other)])
+
+
+def test_the_rates_are_measured_once_said_while_measuring_and_read_back(cache_dir, capsys):
+    from persalign.plan_checks import cached_rates
+
+    calls = []
+    measure = lambda: calls.append(1) or {"gflop_per_s": {"decode": 1.0}}  # noqa: E731
+    first = cached_rates(measure, str(cache_dir), "tiny-test")
+    assert "measuring this machine's rates (tiny-test; about a minute" in capsys.readouterr().err
+    assert cached_rates(measure, str(cache_dir), "tiny-test") == first and calls == [1]
+    assert capsys.readouterr().err == ""

@@ -140,11 +140,14 @@ def _cmd_data_summary(args) -> None:
 
 def _cmd_plan(args) -> None:
     from persalign.config import load_config
+    from persalign.plan_checks import check_from_run, check_plan_options
     from persalign.planning import GPU_PEAKS, PlanOptions, plan_report
     from persalign.runner.plan import check_methods
 
+    check_plan_options(args)  # before the config, the data and the minute of rate measurement
     config = load_config(args.config, args.overrides)
     check_methods(config)
+    check_from_run(args.from_run, config)
     peak = args.gpu_tflops or GPU_PEAKS[args.gpu]
     say(plan_report(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown)))
 

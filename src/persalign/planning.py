@@ -57,13 +57,17 @@ class PlanOptions:
 def plan_report(config, options: PlanOptions) -> str:
     """The plan as text: design, counted work and projected time per stage, and what the design detects."""
     from persalign.machine_rates import measure_rates
+    from persalign.models.numerics import kernel_tag
+    from persalign.plan_checks import cached_rates
     from persalign.model_checks import policy_config
     from persalign.planning_power import DEFAULT_BETWEEN, DEFAULT_WITHIN, Components, components_from_run
 
     design = design_of(config)
     shape = shape_from_config(policy_config(config.policies[0], config.cache_dir))
     work = stage_work(config, design, shape)
-    rates = measure_rates(options.rate_reps, model=options.rates_model)["gflop_per_s"]
+    key = f"{options.rates_model}-{kernel_tag('cpu')}-reps{options.rate_reps}"
+    rates = cached_rates(lambda: measure_rates(options.rate_reps, model=options.rates_model), config.cache_dir,
+                         key)["gflop_per_s"]
     here = projected_seconds(work, rates, options.slowdown)
     gpu = {stage: flops / (options.gpu_tflops * 1e12 * options.utilisation) for stage, flops in work.items()}
     components = components_from_run(options.from_run) if options.from_run else None
