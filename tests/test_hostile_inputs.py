@@ -275,3 +275,19 @@ def test_control_sequences_from_data_never_reach_the_terminal_or_the_report_raw(
     for text in (out, report):
         assert "\x1b" not in text and "\x07" not in text and "\b" not in text
     assert "\\x1b]0;pwned\\x07" in report  # shown, escaped
+
+
+@pytest.mark.parametrize("override, kind", [("data.dataset=os:system", "dataset"),
+                                            ("metrics.names=[os:system]", "generation metric"),
+                                            ("data.embedder=os:system", "embedder"),
+                                            ("data.dataset=subprocess:run", "dataset"),
+                                            ("data.dataset=json:__doc__", "dataset")])
+def test_a_module_path_to_no_plugin_is_refused_before_anything_calls_it(tmp_path, capsys, override, kind):
+    """Issue #56: `os:system` named as a data set, metric or embedder was imported and called (41e66f0): it
+    failed only because of its arguments."""
+    line = cli_error(capsys, ["run", "demo-baselines", "-o", str(tmp_path / "run"), "policies=[tiny-llama]",
+                              override])
+    name = override.split("=", 1)[1].strip("[]")
+    assert line.startswith(f"persalign: error: {kind} {name!r} from {name} is not a {kind}: "), line
+    assert "is the standard library's (a plugin is a class or function of your own package" in line or \
+        "it lacks ['__call__']" in line, line

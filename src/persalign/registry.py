@@ -24,10 +24,23 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import inspect
 import pkgutil
+import sys
 from typing import Any, Callable
 
 from persalign.errors import ConfigError, did_you_mean
+
+
+def not_a_plugin(obj: Any) -> str | None:
+    """Why `obj` can be no plugin entry, before anything calls it (None: it may be one): not callable, or a built-in
+    or standard-library object — `os:system` named as a data set was imported and called."""
+    module = (getattr(obj, "__module__", None) or "builtins").split(".")[0]
+    if not callable(obj):
+        return f"{type(obj).__name__} {obj!r:.40} cannot be called"
+    if inspect.isbuiltin(obj) or module == "builtins" or module in sys.stdlib_module_names:
+        return f"{module}.{getattr(obj, '__name__', type(obj).__name__)} is the standard library's"
+    return None
 
 
 class Registry:
@@ -90,6 +103,10 @@ class Registry:
         if lacking:
             raise ConfigError(f"{self.kind} {name!r} from {source} is not a {self.kind}: it lacks {lacking} "
                               f"(see docs/plugins.md)")
+        foreign = not_a_plugin(obj)
+        if foreign:
+            raise ConfigError(f"{self.kind} {name!r} from {source} is not a {self.kind}: {foreign} (a plugin is a "
+                              "class or function of your own package; see docs/plugins.md)")
         if self._entries.get(name, obj) is not obj:
             raise ConfigError(f"{self.kind} {name!r} from {source} clashes with the {self.kind} of that name")
         self._entries[name] = obj

@@ -140,9 +140,22 @@ def check_method_size(method_cls, method, config: RunConfig, where: str) -> None
                           "lower the setting that sets its size")
 
 
+def check_parts(config: RunConfig) -> None:
+    """The data set, embedder and metrics a run names resolve to what their registries hold (built in,
+    installed, or a module:Object that is a plugin): before any model is loaded or anything is called."""
+    from persalign.registry import DATASETS, EMBEDDERS, METRICS
+
+    for registry, names in ((DATASETS, [config.data.dataset]), (EMBEDDERS, [config.data.embedder]),
+                            (METRICS, list(config.metrics.names))):
+        for name in names:
+            if isinstance(name, str) and ":" in name:  # a path: imported and its kind checked now
+                registry.get(name)
+
+
 def check_methods(config: RunConfig, where: str = "config") -> None:
     """Each method's name resolves (built in, installed or module:Class) and its settings are its own and in
     range (the rules live beside each field of the method's Settings dataclass): before any cell is planned."""
+    check_parts(config)
     for i, method in enumerate(config.methods):
         if not isinstance(method.name, str) or not method.name.strip():
             raise ConfigError(f"{where}.methods[{i}].name: {method.name!r} is not allowed (must be a method name)")
