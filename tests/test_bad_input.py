@@ -23,11 +23,14 @@ from tests.test_runner import TINY, metrics_without_timing, tiny_config
     ("args.selection=bogus", "args.selection: 'bogus' is not allowed (must be one of ['auto', 'policy_accuracy', "
                              "'harmonic', 'fixed'])"),
     ("decoders=[{name: icl, shots: -2}]", "decoders[0].shots: -2 is not allowed (must be a number >= 0)"),
-    ("seeds=[]", "seeds: [] is not allowed (must be a non-empty list of distinct integers >= 0)"),
-    ("seeds=[-1]", "seeds: [-1] is not allowed (must be a non-empty list of distinct integers >= 0)"),
-    ("seeds=[0,0]", "seeds: [0, 0] is not allowed (must be a non-empty list of distinct integers >= 0)"),
-    ("data.seed=-3", "data.seed: -3 is not allowed (must be an integer >= 0)"),
-    ("split.seed=-1", "split.seed: -1 is not allowed (must be an integer >= 0)"),
+    ("seeds=[]", "seeds: [] is not allowed (must be a non-empty list of distinct integers from 0 to 2**32 - 1)"),
+    ("seeds=[-1]", "seeds: [-1] is not allowed (must be a non-empty list of distinct integers from 0 to 2**32 - 1)"),
+    ("seeds=[0,0]", "seeds: [0, 0] is not allowed (must be a non-empty list of distinct integers from 0 to 2**32 - 1)"),
+    ("data.seed=-3", "data.seed: -3 is not allowed (must be an integer from 0 to 2**32 - 1)"),
+    ("split.seed=-1", "split.seed: -1 is not allowed (must be an integer from 0 to 2**32 - 1)"),
+    # issue #56: 2**64 ran every cell, then the report crashed (OverflowError), no report, exit 1 (41e66f0)
+    ("seeds=[18446744073709551616]", "seeds: [18446744073709551616] is not allowed (must be a non-empty list of "
+                                     "distinct integers from 0 to 2**32 - 1)"),
     ("args.lambdas=[0, .inf]", "args.lambdas: [0.0, inf] is not allowed (must be a non-empty list of distinct finite "
                                "numbers >= 0)"),
     ("args.fixed_lambda=-1", "args.fixed_lambda: -1.0 is not allowed (must be a finite number >= 0)"),

@@ -291,3 +291,31 @@ def test_a_module_path_to_no_plugin_is_refused_before_anything_calls_it(tmp_path
     assert line.startswith(f"persalign: error: {kind} {name!r} from {name} is not a {kind}: "), line
     assert "is the standard library's (a plugin is a class or function of your own package" in line or \
         "it lacks ['__call__']" in line, line
+
+
+def test_a_fifo_or_device_as_the_data_path_is_refused_not_hashed_forever(tmp_path, capsys):
+    """Issue #56: `data.path` at a FIFO or /dev/zero hung (the file was hashed before it was checked, 41e66f0).
+    Run in a child process with a deadline, so a regression fails instead of hanging the suite."""
+    import os
+    import subprocess
+    import sys
+
+    fifo = tmp_path / "data.jsonl"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        done = subprocess.run([sys.executable, "-m", "persalign.cli", "run", "demo-baselines", "-o",
+                               str(tmp_path / "run"), "data.dataset=completions_jsonl", f"data.path={path}",
+                               "data.task=headline", "policies=[tiny-llama]", "data.embedder=hashing-bow"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2, done.stderr[-500:]
+        assert done.stderr.strip().splitlines()[-1] == \
+            f"persalign: error: {path}: not a regular file (a device or pipe); give a data file"
+
+
+def test_an_override_longer_than_a_file_name_is_read_as_an_override(tmp_path, capsys):
+    """Issue #56: a key=value over 255 bytes was stat'ed as a config path: 'File name too long' (41e66f0)."""
+    models = "[" + ", ".join(f"judge-model-{i:03d}" for i in range(40)) + "]"
+    line = cli_error(capsys, ["run", "demo-baselines", "-o", str(tmp_path / "run"), f"judge.models={models}",
+                              "judge.endpoint=not-a-url"])
+    assert line.endswith("judge.endpoint: 'not-a-url' is not an http(s) URL with a host "
+                         "(e.g. http://127.0.0.1:8000/v1)"), line

@@ -125,7 +125,8 @@ def test_a_from_run_that_is_missing_empty_or_of_other_data_is_refused(tmp_path, 
     """Before: each was silently replaced by the stated defaults while the plan said "no --from-run"."""
     from tests.bad_input_helpers import cli_error
 
-    assert cli_error(capsys, PLAN + ["--from-run", str(tmp_path / "nope")]).endswith("not a run folder (no config.yaml)")
+    missing = cli_error(capsys, PLAN + ["--from-run", str(tmp_path / "nope")])
+    assert missing.endswith("not a run folder (no config.yaml)"), missing
     (tmp_path / "empty").mkdir()
     assert "not a run folder" in cli_error(capsys, PLAN + ["--from-run", str(tmp_path / "empty")])
     config = load_config("demo-baselines", TINY_ARGS + ["decoders=[{name: zero_shot}]", "methods=[]"])

@@ -60,13 +60,22 @@ OPTIONS_WITH_A_VALUE = {"-o", "--output", "--address", "--num-cpus", "--num-gpus
 OVERRIDE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*=")
 
 
+def _is_file(arg: str) -> bool:
+    """Whether `arg` names an existing path; an override longer than a file name can be (255 bytes) is none
+    (stat raised 'File name too long' before the config was read)."""
+    try:
+        return Path(arg).exists()
+    except OSError:
+        return False
+
+
 def split_overrides(argv: list[str]) -> tuple[list[str], list[str]]:
     """(`key=value` overrides, the rest). An option's value (`-o runs/a=b`) or an existing file (`x=y.yaml`)
     is never an override."""
     overrides, rest = [], []
     for i, arg in enumerate(argv):
         is_value = i > 0 and argv[i - 1] in OPTIONS_WITH_A_VALUE
-        if not is_value and OVERRIDE.match(arg) and not Path(arg).exists():
+        if not is_value and OVERRIDE.match(arg) and not _is_file(arg):
             overrides.append(arg)
         else:
             rest.append(arg)

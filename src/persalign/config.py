@@ -323,6 +323,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
 def resolve_config_path(name_or_path: str) -> Path:
     """A config file path, or the name of a built-in config such as `demo`."""
     path = Path(name_or_path)
+    try:
+        path.exists()
+    except OSError as error:  # a name longer than the file system allows
+        raise ConfigError(f"config {name_or_path[:60]!r}…: not a file name ({error.strerror})") from None
     if path.is_dir():
         raise ConfigError(f"{path}: a directory, not a config file (give a YAML file or a built-in config name)")
     if path.exists():

@@ -66,16 +66,16 @@ FRACTION = ((lambda v: is_number(v) and 0 <= v <= 1), "a number in [0, 1]")
 TEXT = ((lambda v: isinstance(v, str) and bool(v.strip())), "non-empty text")
 
 
-def _seed(value) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+def _seed(value) -> bool:  # numpy and torch take seeds below 2**32; 2**64 ran every cell, then the report crashed
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2 ** 32
 
 
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "name": ((lambda v: isinstance(v, str) and bool(v.strip()) and "/" not in v and "\\" not in v
               and v.strip(".") != ""), "a name without path separators (it names the run folder)"),
-    "seeds": _distinct_list(_seed, "integers >= 0"),
-    "data.seed": (_seed, "an integer >= 0"),
-    "split.seed": (_seed, "an integer >= 0"),
+    "seeds": _distinct_list(_seed, "integers from 0 to 2**32 - 1"),
+    "data.seed": (_seed, "an integer from 0 to 2**32 - 1"),
+    "split.seed": (_seed, "an integer from 0 to 2**32 - 1"),
     "policies": _nonempty_list(lambda p: bool(p), "model ids"),
     "threads": ((lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 1024)),
                 "an integer from 1 to 1024, or null for 1"),

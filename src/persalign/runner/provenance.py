@@ -69,6 +69,10 @@ def input_files(data_config) -> list[Path]:
     if not path or str(path).startswith("hf:"):
         return []
     root = Path(path).expanduser()
+    if root.exists() and not (root.is_dir() or root.is_file()):  # hashing a FIFO or /dev/zero never ends
+        from persalign.errors import DataError
+
+        raise DataError(root, "not a regular file (a device or pipe); give a data file")
     files = sorted(f for f in root.iterdir() if f.is_file()) if root.is_dir() else [root]
     loader = DATASETS.get(data_config.dataset) if data_config.dataset in DATASETS else None
     companions = getattr(loader, "companion_files", None)
