@@ -152,3 +152,17 @@ def test_export_never_replaces_a_device_fifo_or_folder_it_is_pointed_at(finished
         assert err == f"persalign: error: {target}: {kind}{' (a device, FIFO or socket)' if target == fifo else ''}; " \
                       "persalign writes only to regular files or new paths", err
     assert stat.S_ISFIFO(os.stat(fifo).st_mode) and not (tmp_path / "pipe.tmp").exists()
+
+
+def test_export_of_a_run_with_no_finished_cell_is_one_line(finished, tmp_path, capsys):
+    """Issue #56: `export --format csv` on a run whose cells all lack metrics.json was a KeyError (41e66f0)."""
+    import shutil
+
+    from tests.bad_input_helpers import cli_error
+
+    copy = shutil.copytree(finished, tmp_path / "copy")
+    for path in copy.glob("cells/*/*/seed-*/metrics.json"):
+        path.unlink()
+    for form in ("csv", "rows", "json"):
+        assert cli_error(capsys, ["export", str(copy), "--format", form]) == \
+            f"persalign: error: {copy}: no finished cell to export; run (or resume) it first"

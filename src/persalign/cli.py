@@ -115,9 +115,13 @@ def _warn_incomplete(run_dir) -> int:
 
 
 def _cmd_export(args) -> int:
+    from persalign.errors import ConfigError
     from persalign.files import write_atomic
     from persalign.report.results import export
+    from persalign.runner.store import RunStore
 
+    if not RunStore(args.run_dir).all_metrics():  # nothing to export (the csv read absent columns: KeyError)
+        raise ConfigError(f"{args.run_dir}: no finished cell to export; run (or resume) it first")
     text = export(args.run_dir, args.format, costs=args.costs)
     if args.output:
         write_atomic(Path(args.output), text)
