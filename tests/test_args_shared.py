@@ -136,6 +136,37 @@ def test_a_resumed_run_reads_the_shared_batches_it_had_decoded(tmp_path, cache_d
     assert strip(after[key][0]) == strip(before[key][0])
 
 
+def test_a_damaged_shared_batch_is_set_aside_and_decoded_again(tmp_path, cache_dir, capsys):
+    """Issue #56: a pass file missing its `done` field was a KeyError, one with cut ids an IndexError (41e66f0)."""
+    import json
+
+    store = _run(tmp_path)
+    before = _cells(store)
+    lost = next(p for p in store.root.glob("cells/*/LoRE/seed-1"))
+    key = lost.relative_to(store.root).as_posix()
+    strip = lambda rows: [{k: v for k, v in r.items() if not k.endswith("_s")  # noqa: E731
+                           and k != "args_candidate_forwards_done"} for r in rows]  # the pass's work: who shared it
+    for damage in ("no done", "cut ids", "not an object"):
+        for name in ("rows.jsonl", "metrics.json"):
+            (lost / name).unlink()
+        batch = sorted(store.root.glob("args_pass/*/generation-*.json"))[0]
+        outputs = json.loads(batch.read_text())
+        member = next(iter(outputs))
+        if damage == "no done":
+            del outputs[member]["done"]
+        elif damage == "cut ids":
+            outputs[member]["ids"] = outputs[member]["ids"][:1]
+        else:
+            outputs[member] = [1, 2]
+        batch.write_text(json.dumps(outputs))
+        capsys.readouterr()
+        after = _cells(_run(tmp_path))
+        assert f"{batch.name}: damaged (member" in capsys.readouterr().err, damage
+        assert strip(after[key][0]) == strip(before[key][0]), damage
+        for aside in batch.parent.glob("*.damaged*"):
+            aside.unlink()
+
+
 def test_methods_at_lambda_zero_decode_each_batch_once(tmp_path, cache_dir, monkeypatch):
     """λ = 0 is greedy for every method: 3 methods × 2 seeds at a fixed λ = 0 decode each query batch once,
     not 6 times, and write the same outputs. Fails before issue #42 (each cell decoded its batches)."""

@@ -36,6 +36,20 @@ from persalign.runner.store import folder_name
 PASS_COLUMNS = ("ids", "needed", "done", "near_ties", "seconds")  # per head, per prompt
 
 
+def pass_problem(outputs: dict, rows: int) -> str | None:
+    """Why a stored batch of the pass cannot be used (None: it can)."""
+    for key, member in outputs.items():
+        if not isinstance(member, dict):
+            return f"member {key!r} is not an object"
+        for column in ("ids", "done", "near_ties"):
+            values = member.get(column)
+            if not isinstance(values, list) or len(values) != rows:
+                return f"member {key!r}: {column!r} is not a list of {rows} (one per prompt)"
+        if not all(isinstance(ids, list) and all(isinstance(t, int) for t in ids) for ids in member["ids"]):
+            return f"member {key!r}: 'ids' holds something other than lists of token ids"
+    return None
+
+
 def member_key(cell) -> str:
     return f"{cell.decoder}/seed-{cell.seed}"
 
@@ -139,7 +153,7 @@ class ArgsPass:
         pass_seconds_spent / pass_seconds_share)."""
         digest = hashlib.sha256(json.dumps([batch.prompts, batch.users]).encode()).hexdigest()[:20]
         path = self.folder / f"generation-{digest}.json"
-        outputs, spent = self._outputs.get(digest) or self._read(path), 0.0
+        outputs, spent = self._outputs.get(digest) or self._read(path, len(batch.prompts)), 0.0
         if member_key(cell) not in outputs:
             self.lambdas()  # chosen before the clock starts: the λ choice is its own stage
             started = time.perf_counter()
@@ -154,14 +168,20 @@ class ArgsPass:
         return rows["ids"], forwards, {"pass_seconds_spent": spent,
                                        "pass_seconds_share": sum(rows.get("seconds", []))}
 
-    def _read(self, path) -> dict:
+    def _read(self, path, rows: int) -> dict:
+        """A stored batch of the pass, or {} (decoded again) where it is absent or damaged: unreadable, a member
+        without its columns, or columns not one entry per prompt (a KeyError / IndexError before)."""
         if not path.exists():
             return {}
         try:
-            return read_json(path, fields({}))
+            outputs = read_json(path, fields({}))
+            problem = pass_problem(outputs, rows)
         except DamagedFileError as error:
-            set_aside(path, error.problem, "the batch is decoded again")
-            return {}
+            problem = error.problem
+        if problem is None:
+            return outputs
+        set_aside(path, problem, "the batch is decoded again")
+        return {}
 
     def lambdas(self) -> dict:
         """Every member's chosen λ, chosen (together) where missing, read once per run."""
