@@ -319,3 +319,16 @@ def test_an_override_longer_than_a_file_name_is_read_as_an_override(tmp_path, ca
                               "judge.endpoint=not-a-url"])
     assert line.endswith("judge.endpoint: 'not-a-url' is not an http(s) URL with a host "
                          "(e.g. http://127.0.0.1:8000/v1)"), line
+
+
+def test_the_summary_counts_the_repeated_outputs_it_dropped(tmp_path, capsys):
+    """Issue #56: 30 repeated lines (no ids) were dropped, yet the summary said duplicate_outputs_dropped=0: the
+    data is de-duplicated twice and the second count overwrote the first (41e66f0)."""
+    from persalign.data.demo_authors import demo_records
+
+    path = tmp_path / "writing.jsonl"
+    records = [{"user": r["user"], "input": r["input"], "output": r["output"]} for r in demo_records()]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records + records[:30]))
+    assert cli.main(["data", "summary", "demo-baselines", "data.dataset=completions_jsonl", f"data.path={path}",
+                     "data.task=headline", "data.embedder=hashing-bow", "policies=[tiny-llama]"]) == 0
+    assert "duplicate_outputs_dropped=30" in capsys.readouterr().out

@@ -30,6 +30,8 @@ REFUSED = [
     ("judge.context_items=-1", "judge.context_items: -1 is not allowed (must be an integer >= 0)"),
     ("judge.timeout_s=0", "judge.timeout_s: 0.0 is not allowed (must be a finite number > 0)"),
     ("judge.retries=-1", "judge.retries: -1 is not allowed (must be an integer from 0 to 10)"),
+    ("rl.enabled=true", "rl.enabled: true, but no reward method to tune the policy with (methods is empty); add "
+                        "one, e.g. 'methods=[{name: global_rm}]'"),
     ("judge.endpoint=http://127.0.0.1:9/v1", "judge.endpoint: 'http://127.0.0.1:9/v1' is set but judge.models names "
                                             "no model it serves, so nothing would be judged; set judge.models=[NAME]"),
 ]

@@ -63,7 +63,7 @@ def rewardbench(folder: Path) -> list[str]:
 
 def rewardbench_baselines(folder: Path) -> list[str]:
     """The shipped config's reward-free deployments (its methods, Best-of-N, RL and judge: tests/test_judge_runs.py)."""
-    return rewardbench(folder) + ["methods=[]", "judge.models=[]"]
+    return rewardbench(folder) + ["methods=[]", "judge.models=[]", "rl.enabled=false"]
 
 
 @pytest.mark.parametrize("config,make", [("prism.yaml", prism), ("tldr.yaml", tldr),

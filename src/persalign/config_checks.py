@@ -183,6 +183,9 @@ def validate(config, where: str = "config") -> None:
         for key, rule in DECODER_RULES.items():
             check_value(getattr(decoder, key), rule, f"decoders[{i}].{key}", where)
     check_judge_endpoint(config.judge, where)
+    if config.rl.enabled and not config.methods:  # it planned no RL cell and said nothing
+        raise ConfigError(f"{where}.rl.enabled: true, but no reward method to tune the policy with (methods is "
+                          "empty); add one, e.g. 'methods=[{name: global_rm}]'")
 
 
 def check_judge_endpoint(judge, where: str) -> None:

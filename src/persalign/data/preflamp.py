@@ -112,7 +112,9 @@ def deduplicate(writing: UserWriting) -> UserWriting:
         seen.add(text)
         kept.append(item)
     notes = dict(writing.notes)
-    notes["duplicate_outputs_dropped"] = len(writing.items) - len(kept)
+    # added to what an earlier pass dropped: the data is de-duplicated twice (build, then pair construction),
+    # and the second pass, finding nothing, reported 0 after 30 repeats were dropped
+    notes["duplicate_outputs_dropped"] = notes.get("duplicate_outputs_dropped", 0) + len(writing.items) - len(kept)
     return UserWriting(writing.name, writing.task, writing.source, kept, notes)
 
 
