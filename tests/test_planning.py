@@ -140,7 +140,7 @@ def test_a_from_run_that_is_missing_empty_or_of_other_data_is_refused(tmp_path, 
 
 
 def test_the_rates_are_measured_once_said_while_measuring_and_read_back(cache_dir, capsys):
-    from persalign.plan_checks import cached_rates
+    from persalign.planning import cached_rates
 
     calls = []
     measure = lambda: calls.append(1) or {"gflop_per_s": {"decode": 1.0}}  # noqa: E731

@@ -144,8 +144,7 @@ def _cmd_data_summary(args) -> None:
 
 def _cmd_plan(args) -> None:
     from persalign.config import load_config
-    from persalign.plan_checks import check_from_run, check_plan_options
-    from persalign.planning import GPU_PEAKS, PlanOptions, plan_report
+    from persalign.planning import GPU_PEAKS, PlanOptions, check_from_run, check_plan_options, plan_report
     from persalign.runner.plan import check_methods
 
     check_plan_options(args)  # before the config, the data and the minute of rate measurement

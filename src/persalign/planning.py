@@ -8,7 +8,8 @@ Time on this machine is that work at the rates measured here
 (persalign/machine_rates.py), times a stated slowdown (the full-size news study
 ran at 1.35× its floor, docs/benchmarks.md); on a GPU it is the work at a stated
 peak × utilisation, labelled a projection. What the design can detect comes
-from planning_power.py.
+from planning_power.py. Its options are checked before any work, a --from-run must be a finished run of
+the same data, and this machine's measured rates are kept between plans (issue #56).
 
     persalign plan demo
     persalign plan configs/study_news.yaml --from-run runs/study-study_news/study_news --budget-hours 2
@@ -16,11 +17,16 @@ from planning_power.py.
 
 from __future__ import annotations
 
+import json
+import math
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from persalign.counted_plan import Design, design_of, rate_of, shape_from_config, stage_work  # noqa: F401  (re-exported)
+from persalign.errors import ConfigError
 
 TRAIN_SHARE = 0.5  # a proposal keeps at least this share of the users training the reward models (the paper: 80 %)
 
@@ -58,7 +64,6 @@ def plan_report(config, options: PlanOptions) -> str:
     """The plan as text: design, counted work and projected time per stage, and what the design detects."""
     from persalign.machine_rates import measure_rates
     from persalign.models.numerics import kernel_tag
-    from persalign.plan_checks import cached_rates
     from persalign.model_checks import policy_config
     from persalign.planning_power import DEFAULT_BETWEEN, DEFAULT_WITHIN, Components, components_from_run
 
@@ -118,3 +123,60 @@ def power_lines(design: Design, components, seconds: dict, options: PlanOptions)
             lines.append(f"no design with 6+ adaptation users (and half of the users training) fits "
                          f"{options.budget_hours:g} h on this machine")
     return lines
+
+
+# --- the options of `persalign plan`, checked before any work, and the measured rates kept (issue #56) ---
+# option -> (rule, what it must be); None always passes (the option is unset)
+PLAN_OPTION_RULES = {
+    "budget_hours": (lambda v: 0 < v <= 100_000, "a number of hours > 0 and at most 100000"),
+    "gpu_tflops": (lambda v: 0 < v < math.inf, "a finite peak > 0 (TFLOP/s)"),
+    "utilisation": (lambda v: 0 < v <= 1, "a share of the peak in (0, 1]"),
+    "slowdown": (lambda v: 1 <= v < math.inf, "a finite factor >= 1 (this machine's seconds ÷ its floor)"),
+}
+
+
+def check_plan_options(args) -> None:
+    for name, (ok, rule) in PLAN_OPTION_RULES.items():
+        value = getattr(args, name)
+        if value is not None and not (math.isfinite(value) and ok(value)):
+            raise ConfigError(f"--{name.replace('_', '-')}: {value!r} is not allowed (must be {rule})")
+
+
+def check_from_run(run_dir: str | None, config) -> None:
+    """A `--from-run` must be a finished run of the same data: its variance components are the plan's."""
+    if run_dir is None:
+        return
+    folder = Path(run_dir)
+    if not (folder / "config.yaml").is_file():
+        raise ConfigError(f"--from-run {run_dir}: not a run folder (no config.yaml)")
+    from persalign.config import load_config
+
+    stored = load_config(str(folder / "config.yaml"))
+    mine, theirs = ((c.data.dataset, str(c.data.path or "")) for c in (config, stored))
+    if Path(mine[1]).name != Path(theirs[1]).name or mine[0] != theirs[0]:
+        raise ConfigError(f"--from-run {run_dir}: a run of other data ({theirs[0]} {theirs[1] or '(built in)'}; this "
+                          f"plan: {mine[0]} {mine[1] or '(built in)'}): its users' spread is not this data's")
+    from persalign.planning_power import components_from_run
+
+    if components_from_run(run_dir) is None:
+        raise ConfigError(f"--from-run {run_dir}: no finished ICL cell beside a reward method or zero-shot to take "
+                          "the users' spread from (empty or partial run)")
+
+
+def cached_rates(measure, cache_dir: str | None, key: str) -> dict:
+    """`measure()` once per machine, model, kernel set and thread count, then read back (the rates do not change
+    between plans); says what it is doing while it measures (about a minute)."""
+    from persalign.models.aliases import default_cache_dir
+
+    path = default_cache_dir(cache_dir) / "machine_rates" / f"{key}.json"
+    if path.is_file():
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            pass  # a damaged record is measured again
+    print(f"measuring this machine's rates ({key}; about a minute, kept in {path} for later plans) ...",
+          file=sys.stderr, flush=True)
+    rates = measure()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rates))
+    return rates
