@@ -96,3 +96,11 @@ def test_a_stored_adapter_that_is_no_adapter_of_the_policy_is_set_aside_and_tune
     assert adapter.with_name(adapter.name + ".damaged").exists()
     assert (folder / "rows.jsonl").read_text() == rows_before
     assert again["Global RM (RL)"]["rouge1"] == before["rouge1"]
+    log = adapter.with_suffix(".json")  # a damaged adapter log: was a JSONDecodeError (41e66f0)
+    for name in ("metrics.json", "rows.jsonl"):
+        (folder / name).unlink()
+    log.write_text('{"user": "every-user", "prompts"')
+    run(config, tmp_path / "run", log=lines.append)
+    warnings = capsys.readouterr().err.splitlines()
+    assert any(f"{adapter.name}: damaged (JSONDecodeError" in line for line in warnings), warnings
+    assert (folder / "rows.jsonl").read_text() == rows_before
