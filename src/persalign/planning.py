@@ -166,6 +166,7 @@ def check_from_run(run_dir: str | None, config) -> None:
 def cached_rates(measure, cache_dir: str | None, key: str) -> dict:
     """`measure()` once per machine, model, kernel set and thread count, then read back (the rates do not change
     between plans); says what it is doing while it measures (about a minute)."""
+    from persalign.files import write_atomic
     from persalign.models.aliases import default_cache_dir
 
     path = default_cache_dir(cache_dir) / "machine_rates" / f"{key}.json"
@@ -177,6 +178,5 @@ def cached_rates(measure, cache_dir: str | None, key: str) -> dict:
     print(f"measuring this machine's rates ({key}; about a minute, kept in {path} for later plans) ...",
           file=sys.stderr, flush=True)
     rates = measure()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(rates))
+    write_atomic(path, json.dumps(rates))  # a kill while writing leaves no half record
     return rates
