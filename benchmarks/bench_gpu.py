@@ -86,11 +86,26 @@ def linear_head(name: str, hidden: int, device: torch.device, seed: int):
     return head
 
 
-def stages(policy: LoadedLM, rm: LoadedLM, rm_head, args) -> dict:
-    """Each stage as fn(prompts, new tokens) -> tokens produced or scored."""
-    vocab, rng = len(policy.tokenizer), random.Random(1)
+def bench_inputs(arch: str, max_prompts: int) -> dict:
+    """The benchmark's token ids for `arch` (and its RM), the same on every machine: the prompts, the ICL
+    demonstration block and the scored responses (benchmarks/gpu_rates.py counts their work from these)."""
+    rm_arch = REWARD_BACKBONE.get(arch, "qwen2.5-0.5b")
+    vocab = min(ARCHITECTURES[a]().vocab_size for a in (arch, rm_arch))
+    rng = random.Random(1)
     demos = sum(random_ids(DEMONSTRATIONS, vocab, (48, 160), rng), [])
-    responses = random_ids(2 * args.max_prompts, vocab, (12, 24), rng)
+    return {"rm_arch": rm_arch, "vocab": vocab, "demos": demos,
+            "responses": random_ids(2 * max_prompts, vocab, (12, 24), rng),
+            "prompts": random_ids(max_prompts, vocab, (48, 160), random.Random(0))}
+
+
+def prompts_at(prompts: list, batch: int, batch1_prompts: int) -> list:
+    """The prompts a batch size is timed on: `batch` of them (a few more, one at a time, at batch 1)."""
+    return prompts[: max(batch, batch1_prompts if batch == 1 else batch)]
+
+
+def stages(policy: LoadedLM, rm: LoadedLM, rm_head, args, inputs: dict) -> dict:
+    """Each stage as fn(prompts, new tokens) -> tokens produced or scored."""
+    demos, responses = inputs["demos"], inputs["responses"]
     heads = [linear_head("global_rm", policy.model.config.hidden_size, policy.device, s) for s in range(3)]
 
     def count(outputs) -> int:
@@ -132,15 +147,14 @@ def measure(fn, prompts: list[list[int]], batch: int, device: torch.device, new:
 
 
 def bench_architecture(arch: str, args, device: torch.device, dtype: torch.dtype) -> dict:
-    rm_arch = REWARD_BACKBONE.get(arch, "qwen2.5-0.5b")
-    tokenizer = id_tokenizer(min(ARCHITECTURES[a]().vocab_size for a in (arch, rm_arch)))
+    inputs = bench_inputs(arch, args.max_prompts)
+    rm_arch, prompts, tokenizer = inputs["rm_arch"], inputs["prompts"], id_tokenizer(inputs["vocab"])
     policy, rm = build(arch, device, dtype, 0, tokenizer), build(rm_arch, device, dtype, 1, tokenizer)
-    prompts = random_ids(args.max_prompts, len(tokenizer), (48, 160), random.Random(0))
     rm_head = linear_head("global_rm", rm.model.config.hidden_size, device, 0)
-    runs = stages(policy, rm, rm_head, args)
+    runs = stages(policy, rm, rm_head, args, inputs)
     out = {"parameters_b": sum(p.numel() for p in policy.model.parameters()) / 1e9, "reward_backbone": rm_arch}
     for batch in args.batches:
-        few = prompts[: max(batch, args.batch1_prompts if batch == 1 else batch)]
+        few = prompts_at(prompts, batch, args.batch1_prompts)
         out[f"batch{batch}"] = {name: measure(fn, few, batch, device, args.max_new) for name, fn in runs.items()}
         row = out[f"batch{batch}"]
         row["args_over_greedy"] = row["args"]["tokens_per_s"] / row["greedy"]["tokens_per_s"]
@@ -192,7 +206,7 @@ def run(args) -> dict:
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return {"benchmark": "gpu", "machine": machine(), "dtype": str(dtype), "k": args.k, "max_new_tokens": args.max_new,
-            "results": results}
+            "max_prompts": args.max_prompts, "batch1_prompts": args.batch1_prompts, "results": results}
 
 
 def main() -> None:

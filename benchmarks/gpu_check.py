@@ -111,6 +111,9 @@ def timing(plan: Plan, out: Path) -> dict:
                                           "--batches", *map(str, plan.batches)])
     result = bench_gpu.run(args)
     result["targets"] = targets(result["results"], plan)
+    import gpu_rates  # the same timings in the planner's units: step 5 and `persalign plan --gpu-rates` read them
+
+    (out / "gpu_rates.json").write_text(json.dumps(gpu_rates.rates_from(result), indent=1) + "\n")
     return result
 
 
@@ -168,7 +171,8 @@ def study(plan: Plan, out: Path) -> dict:
     import gpu_study
 
     try:
-        return gpu_study.compare(plan.study, plan.gpu, out)
+        rates = out / "gpu_rates.json"
+        return gpu_study.compare(plan.study, plan.gpu, out, str(rates) if rates.is_file() else None)
     except RuntimeError as exc:
         raise StepFailed(f"{exc} (study.log)") from exc
 

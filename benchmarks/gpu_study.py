@@ -9,6 +9,8 @@ seconds the run measured for that stage (cells' stage_seconds, the trained model
 measured ÷ projected: the correction a reader applies to the planner's GPU column at this size.
 
     python benchmarks/gpu_study.py --device cuda --gpu h200      # alone; gpu_check.py runs it as step 5
+    python benchmarks/gpu_study.py --gpu h200 --recorded benchmarks/measured/h200_gpu_check.json \
+        --rates benchmarks/measured/h200_rates.json                # a stored check's study beside both columns
 """
 
 from __future__ import annotations
@@ -53,52 +55,79 @@ def measured_seconds(run_dir: Path) -> dict[str, float]:
     return seconds
 
 
-def planner_gpu_seconds(overrides: list[str], gpu: str) -> tuple[dict[str, float], dict[str, float], float]:
-    """(counted FLOPs per stage, the planner's GPU seconds per stage, its utilisation), generation's three
-    stages (prefill, decode, candidates) summed as the run times them."""
+def planner_gpu_seconds(overrides: list[str], gpu: str, rates: str | None) -> dict:
+    """Counted FLOPs per stage, the planner's GPU seconds per stage (FLOP peak × utilisation, and with `rates`
+    at a GPU's measured rates too), generation's three parts (prefill, decode, candidates) summed as the run
+    times them."""
     from persalign.config import load_config
     from persalign.counted_plan import design_of, shape_from_config, stage_work
     from persalign.model_checks import policy_config
-    from persalign.planning import GPU_PEAKS, PlanOptions
+    from persalign.planning import GPU_PEAKS, PlanOptions, gpu_rates_for, projected_seconds
 
     config = load_config(str(CONFIG), overrides)
-    work = stage_work(config, design_of(config), shape_from_config(policy_config(config.policies[0], config.cache_dir)))
-    flops: dict[str, float] = {}
+    design = design_of(config)
+    shape = shape_from_config(policy_config(config.policies[0], config.cache_dir))
+    work = stage_work(config, design, shape)
+    utilisation = PlanOptions().utilisation
+    at_rates = {}
+    if rates:
+        rows = max(1, min(config.generation.batch_size, design.query_items))  # as `persalign plan` projects
+        at_rates = projected_seconds(work, gpu_rates_for(rates, shape.body_params, rows)[0], 1.0)
+    merged = {"flops": {}, "peak": {}, "rates": {}}
     for stage, value in work.items():
         key = "generation" if stage.startswith("generation") else stage
-        flops[key] = flops.get(key, 0.0) + value
-    utilisation = PlanOptions().utilisation
-    return flops, {s: f / (GPU_PEAKS[gpu] * 1e12 * utilisation) for s, f in flops.items()}, utilisation
+        for name, seconds in (("flops", value), ("peak", value / (GPU_PEAKS[gpu] * 1e12 * utilisation)),
+                              ("rates", at_rates.get(stage))):
+            if seconds is not None:
+                merged[name][key] = merged[name].get(key, 0.0) + seconds
+    return {**merged, "utilisation": utilisation}
 
 
-def compare(overrides: list[str], gpu: str, out: Path) -> dict:
+def compare(overrides: list[str], gpu: str, out: Path, rates: str | None = None) -> dict:
+    """Run the dry-run study on the device, then set its stage seconds beside the planner's."""
     with tempfile.TemporaryDirectory(prefix="gpu-check-study-") as tmp:
         wall = run_study(overrides, Path(tmp) / "run", out / "study.log")
         seconds = measured_seconds(Path(tmp) / "run")
-    flops, projected, utilisation = planner_gpu_seconds(overrides, gpu)
+    return beside_planner(overrides, gpu, {"wall_s": wall, "recorded_s": seconds}, rates)
+
+
+def beside_planner(overrides: list[str], gpu: str, run: dict, rates: str | None) -> dict:
+    """A run's recorded stage seconds (`run`: wall_s, recorded_s) beside the planner's two GPU columns."""
+    planned, seconds = planner_gpu_seconds(overrides, gpu, rates), run["recorded_s"]
     stages = []
-    for stage, flop in flops.items():
+    for stage, flop in planned["flops"].items():
         key = MEASURED_AS.get(stage)
         measured = seconds.get(key) if key else None
-        stages.append({"stage": stage, "counted_tflop": flop / 1e12, "planner_gpu_s": projected[stage],
-                       "measured_s": measured, "measured_over_planner": measured / projected[stage] if measured and
-                       projected[stage] else None})
+        row = {"stage": stage, "counted_tflop": flop / 1e12, "planner_gpu_s": planned["peak"][stage],
+               "planner_rates_s": planned["rates"].get(stage), "measured_s": measured}
+        for name, column in (("measured_over_planner", "planner_gpu_s"), ("measured_over_rates", "planner_rates_s")):
+            row[name] = measured / row[column] if measured and row[column] else None
+        stages.append(row)
     training = seconds.get("fit_s", 0.0) + seconds.get("adapt_s", 0.0)
-    return {"gpu": gpu, "utilisation": utilisation, "wall_s": wall, "training_s": training, "stages": stages,
-            "planner_total_s": sum(projected.values()), "recorded_s": seconds}
+    return {"gpu": gpu, "utilisation": planned["utilisation"], "rates": rates, "wall_s": run["wall_s"],
+            "training_s": training, "stages": stages, "planner_total_s": sum(planned["peak"].values()),
+            "recorded_s": seconds}
 
 
 def markdown(result: dict) -> list[str]:
+    rated = any(row.get("planner_rates_s") for row in result["stages"])
     lines = [f"Dry-run study (`configs/scales_dry_run.yaml`) on the GPU: {result['wall_s']:.0f} s wall, of which "
              f"training and adaptation {result['training_s']:.0f} s (the planner does not project training). "
-             f"Planner: counted FLOPs ÷ ({result['gpu']} peak × {result['utilisation']:g}).", "",
-             "| stage | counted TFLOP | planner GPU s | measured s | measured ÷ planner |", "|---|---|---|---|---|"]
+             f"Planner: counted FLOPs ÷ ({result['gpu']} peak × {result['utilisation']:g})"
+             + (f"; and at the rates measured in the timing step ({result['rates']})." if rated else "."), "",
+             "| stage | counted TFLOP | planner GPU s | measured s | measured ÷ planner |"
+             + (" planner at measured rates s | measured ÷ it |" if rated else ""),
+             "|---|---|---|---|---|" + ("---|---|" if rated else "")]
+    ratio = lambda v: "–" if v is None else f"{v:.1f}×" if v < 10 else f"{v:.0f}×"  # noqa: E731
     for row in result["stages"]:
         measured = "in the wall time" if row["measured_s"] is None else f"{row['measured_s']:.2f}"
-        ratio = "–" if row["measured_over_planner"] is None else f"{row['measured_over_planner']:.0f}×"
-        lines.append(f"| {row['stage']} | {row['counted_tflop']:.4f} | {row['planner_gpu_s']:.4f} | {measured} | {ratio} |")
+        line = f"| {row['stage']} | {row['counted_tflop']:.4f} | {row['planner_gpu_s']:.4f} | {measured} | " \
+               f"{ratio(row['measured_over_planner'])} |"
+        if rated:
+            line += f" {row['planner_rates_s']:.3f} | {ratio(row.get('measured_over_rates'))} |"
+        lines.append(line)
     lines.append(f"| total | – | {result['planner_total_s']:.3f} | {result['wall_s']:.0f} (wall) | "
-                 f"{result['wall_s'] / result['planner_total_s']:.0f}× |")
+                 f"{result['wall_s'] / result['planner_total_s']:.0f}× |" + (" | |" if rated else ""))
     return lines
 
 
@@ -106,9 +135,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--gpu", default="h100", help="the planner's GPU column to compare with")
+    parser.add_argument("--rates", help="a GPU's measured rates (benchmarks/gpu_rates.py) for a second column")
+    parser.add_argument("--recorded", help="a gpu_check.json whose study step ran: compare its seconds, run nothing")
     parser.add_argument("--out", default=".", help="folder of study.log")
     args = parser.parse_args()
-    result = compare([f"device={args.device}"], args.gpu, Path(args.out))
+    overrides = [f"device={args.device}"]
+    if args.recorded:
+        result = beside_planner(overrides, args.gpu, json.loads(Path(args.recorded).read_text())["study"], args.rates)
+    else:
+        result = compare(overrides, args.gpu, Path(args.out), args.rates)
     print("\n".join(markdown(result)))
     print(json.dumps(result))
 

@@ -37,6 +37,9 @@ def test_the_dry_run_runs_every_step_and_writes_its_figures(tmp_path):
     assert results["pdpo_step"]["steps"] == 1
     stages = {row["stage"]: row for row in results["study"]["stages"]}
     assert stages["generation"]["measured_s"] > 0 and stages["generation"]["planner_gpu_s"] > 0
+    rates = json.loads((tmp_path / "gpu_rates.json").read_text())["architectures"]["tiny"]["batches"]
+    assert set(rates) == {"1", "4"} and all(v > 0 for kinds in rates.values() for v in kinds.values())
+    assert stages["generation"]["planner_rates_s"] > 0 and stages["generation"]["measured_over_rates"] > 0
     report = (tmp_path / "gpu_check.md").read_text()
     assert "| tiny | 4 |" in report and "| generation |" in report and "P-DPO step at tiny" in report
 

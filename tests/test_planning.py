@@ -1,12 +1,14 @@
 """`persalign plan` (issue #39 point 3): the design as the run makes it, counted work that bounds what a run
 meters, variance components recovered from rows, and proposals within a budget."""
 
+import json
 import re
 
 import numpy as np
 import pytest
 
 from persalign.config import load_config
+from persalign.model_checks import policy_config
 from persalign.planning import PlanOptions, design_of, plan_report, shape_from_config, stage_work
 from persalign.planning_power import components_from_rows, detectable, propose
 from persalign.runner.run import run
@@ -148,3 +150,54 @@ def test_the_rates_are_measured_once_said_while_measuring_and_read_back(cache_di
     assert "measuring this machine's rates (tiny-test; about a minute" in capsys.readouterr().err
     assert cached_rates(measure, str(cache_dir), "tiny-test") == first and calls == [1]
     assert capsys.readouterr().err == ""
+
+
+def rates_file(path, entries: dict, device: str = "NVIDIA H200"):
+    """A --gpu-rates file: {arch: (body parameters, {batch: rate of every kind})}."""
+    architectures = {arch: {"body_params": params, "batches": {str(b): {k: r for k in ("decode", "candidates",
+                                                                                          "prefill")}
+                                                                 for b, r in batches.items()}}
+                     for arch, (params, batches) in entries.items()}
+    path.write_text(json.dumps({"device": device, "architectures": architectures}))
+    return str(path)
+
+
+def test_measured_gpu_rates_are_read_at_the_nearest_model_and_interpolated_between_batch_sizes(tmp_path):
+    """Issue #55: on an H200 the FLOP-peak column was 70–286× optimistic; the plan can use measured rates."""
+    from persalign.planning import gpu_rates_for
+
+    path = rates_file(tmp_path / "r.json", {"small": (1e8, {1: 100.0, 16: 1600.0, 64: 3200.0}),
+                                            "big": (7e9, {1: 5.0, 16: 5.0})})
+    rates, label = gpu_rates_for(path, 2e8, 4)  # nearer 1e8 than 7e9 on a log scale; 4 is halfway 1 -> 16 in log
+    assert rates["decode"] == pytest.approx(400.0) and label == "NVIDIA H200, small at batch 4"
+    assert gpu_rates_for(path, 2e8, 256)[0]["prefill"] == pytest.approx(3200.0)  # beyond: the largest measured
+    assert gpu_rates_for(path, 3e9, 1)[0]["candidates"] == pytest.approx(5.0)
+
+
+def test_the_plan_adds_a_column_at_measured_gpu_rates(tmp_path, cache_dir):
+    path = rates_file(tmp_path / "r.json", {"any": (1e8, {1: 10.0, 64: 10.0})})  # 10 GFLOP/s whatever the batch
+    options = PlanOptions(rates_model="tiny-llama", rate_reps=1, gpu_rates=path)
+    config = load_config("demo-baselines", TINY_ARGS)
+    text = plan_report(config, options)
+    assert "GPU at measured rates (min, NVIDIA H200, any at batch" in text
+    work = stage_work(config, design_of(config), shape_from_config(policy_config(config.policies[0], config.cache_dir)))
+    row = next(line for line in text.splitlines() if line.startswith("| scoring |"))
+    assert float(row.strip("| ").split(" | ")[-1]) == pytest.approx(work["scoring"] / 10e9 / 60, rel=2e-3)
+
+
+@pytest.mark.parametrize("content, problem", [
+    (None, "cannot be read"),
+    ("not json", "not a rates file of benchmarks/gpu_rates.py (JSONDecodeError"),
+    ('{"device": "x", "architectures": {}}', "no architecture with finite rates > 0"),
+    ('{"device": "x", "architectures": {"a": {"body_params": 1e8, "batches": {"1": {"decode": 0, "candidates": 1, '
+     '"prefill": 1}}}}}', "no architecture with finite rates > 0"),
+    ('{"device": "x", "architectures": {"a": {"batches": {}}}}', "not a rates file of benchmarks/gpu_rates.py (KeyError"),
+])
+def test_a_gpu_rates_file_that_is_missing_or_malformed_is_refused_in_one_line(tmp_path, capsys, content, problem):
+    from tests.bad_input_helpers import cli_error
+
+    path = tmp_path / "rates.json"
+    if content is not None:
+        path.write_text(content)
+    line = cli_error(capsys, PLAN + ["--gpu-rates", str(path)])
+    assert line.startswith(f"persalign: error: --gpu-rates {path}: {problem}"), line

@@ -152,7 +152,8 @@ def _cmd_plan(args) -> None:
     check_methods(config)
     check_from_run(args.from_run, config)
     peak = args.gpu_tflops or GPU_PEAKS[args.gpu]
-    say(plan_report(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown)))
+    say(plan_report(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown,
+                                        gpu_rates=args.gpu_rates)))
 
 
 def _cmd_list(args) -> None:

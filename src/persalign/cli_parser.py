@@ -56,7 +56,8 @@ EXAMPLES = {
 
 OVERRIDES_HELP = "config overrides such as seeds=[0,1] or generation.batch_size=8"
 OPTIONS_WITH_A_VALUE = {"-o", "--output", "--address", "--num-cpus", "--num-gpus", "--max-retries", "--format",
-                        "--from-run", "--budget-hours", "--gpu", "--gpu-tflops", "--utilisation", "--slowdown"}
+                        "--from-run", "--budget-hours", "--gpu", "--gpu-tflops", "--utilisation", "--slowdown",
+                        "--gpu-rates"}
 OVERRIDE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*=")
 
 
@@ -119,6 +120,8 @@ def _add_plan_arguments(planning) -> None:
     planning.add_argument("--utilisation", type=float, default=0.3, help="share of that peak assumed reached")
     planning.add_argument("--slowdown", type=float, default=1.35,
                           help="this machine's seconds ÷ its floor (1.35: measured on the full-size news study)")
+    planning.add_argument("--gpu-rates", metavar="FILE", help="a GPU's measured rates (benchmarks/gpu_rates.py; "
+                          "one measured on an H200: benchmarks/measured/h200_rates.json): adds a column at them")
 
 
 def build_parser(handlers: dict) -> argparse.ArgumentParser:

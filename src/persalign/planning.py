@@ -47,6 +47,7 @@ def per_query_item(work: dict[str, float], items: int) -> tuple[float, float]:
 
 # Dense bf16 peaks as their makers state them (TFLOP/s): what `--gpu NAME` projects with.
 GPU_PEAKS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "l40s": 362.0, "l4": 121.0}
+KIND_NAMES = ("decode", "candidates", "prefill")  # the kinds of work a rate is measured for (machine_rates.py)
 
 
 @dataclass
@@ -58,6 +59,7 @@ class PlanOptions:
     slowdown: float = 1.35  # this machine's seconds ÷ its floor, measured on the full-size news study
     rate_reps: int = 2
     rates_model: str = "smollm2-135m-instruct"  # the model the machine's rates are measured on
+    gpu_rates: str | None = None  # a GPU's measured rates (benchmarks/gpu_rates.py): the plan's last column
 
 
 def plan_report(config, options: PlanOptions) -> str:
@@ -74,7 +76,6 @@ def plan_report(config, options: PlanOptions) -> str:
     rates = cached_rates(lambda: measure_rates(options.rate_reps, model=options.rates_model), config.cache_dir,
                          key)["gflop_per_s"]
     here = projected_seconds(work, rates, options.slowdown)
-    gpu = {stage: flops / (options.gpu_tflops * 1e12 * options.utilisation) for stage, flops in work.items()}
     components = components_from_run(options.from_run) if options.from_run else None
     components = components or Components(DEFAULT_BETWEEN, DEFAULT_WITHIN, "the demo's, stated defaults: no --from-run")
     queries = design.query_items / max(1, len(design.queries))
@@ -85,19 +86,53 @@ def plan_report(config, options: PlanOptions) -> str:
              f"pairs: {design.pairs['train']} train, {design.pairs['heldout']} held-out, {design.pairs['support']} support",
              f"cells: {sum(design.cells.values())} (" + ", ".join(
                  f"{n} {kind}{f' {shots}-shot' if shots else ''}" for (kind, shots), n in design.cells.items())
-             + f"); trained models: {design.trained}", "",
-             f"| stage | counted TFLOP | this machine (h) | GPU projection (min, {options.gpu_tflops:g} TFLOP/s × "
-             f"{options.utilisation:g}) |", "|---|---|---|---|"]
-    for stage in work:
-        lines.append(f"| {stage} | {work[stage] / 1e12:.1f} | {here[stage] / 3600:.2f} | {gpu[stage] / 60:.3g} |")
-    lines += [f"| total | {sum(work.values()) / 1e12:.1f} | {sum(here.values()) / 3600:.2f} | "
-              f"{sum(gpu.values()) / 60:.3g} |", "",
-              f"Upper bounds: every output max_new_tokens ({config.generation.max_new_tokens}) long, every ARGS cell "
+             + f"); trained models: {design.trained}", ""]
+    rows = max(1, min(config.generation.batch_size, design.query_items))  # a generation batch holds at most these
+    lines += stage_table(work, here, options, (shape.body_params, rows))
+    lines += [f"Upper bounds: every output max_new_tokens ({config.generation.max_new_tokens}) long, every ARGS cell "
               f"steering; training not projected (heads are cheap; P-DPO is not). This machine: work ÷ its measured "
               f"rates (decode {rates['decode']:.0f}, prefill {rates['prefill']:.0f} GFLOP/s) × {options.slowdown:g}. The GPU "
-              f"column counts FLOPs only; decode steps there are bound by weight reads (docs/scale-out.md).", ""]
+              f"column counts FLOPs only: on an H200 decoding ran 70–290× slower than it (per-step overheads, "
+              f"docs/scale-out.md); --gpu-rates FILE adds a column at a GPU's measured rates.", ""]
     lines += power_lines(design, components, here, options)
     return "\n".join(lines)
+
+
+def stage_table(work: dict, here: dict, options: PlanOptions, policy: tuple[float, int]) -> list[str]:
+    """Per stage: counted work, hours here, the FLOP-peak GPU projection and (with --gpu-rates) the GPU at its
+    measured rates for `policy` = (body parameters, generation batch size)."""
+    gpu = {stage: flops / (options.gpu_tflops * 1e12 * options.utilisation) for stage, flops in work.items()}
+    measured, label = ({}, "")
+    if options.gpu_rates:
+        gpu_rates, label = gpu_rates_for(options.gpu_rates, *policy)
+        measured = projected_seconds(work, gpu_rates, 1.0)
+    extra = (" | " + f"GPU at measured rates (min, {label})", "---|") if measured else ("", "")
+    lines = [f"| stage | counted TFLOP | this machine (h) | GPU projection (min, {options.gpu_tflops:g} TFLOP/s × "
+             f"{options.utilisation:g}){extra[0]} |", "|---|---|---|---|" + extra[1]]
+    for stage in [*work, "total"]:
+        pick = (lambda d: d[stage]) if stage != "total" else (lambda d: sum(d.values()))  # noqa: E731
+        cells = [f"{pick(work) / 1e12:.1f}", f"{pick(here) / 3600:.2f}", f"{pick(gpu) / 60:.3g}"]
+        cells += [f"{pick(measured) / 60:.3g}"] if measured else []
+        lines.append(f"| {stage} | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
+def gpu_rates_for(path: str, body_params: float, batch: int) -> tuple[dict[str, float], str]:
+    """GFLOP/s of each kind of work (benchmarks/gpu_rates.py's file) at the measured architecture nearest the
+    policy in body parameters and at `batch`, log-interpolated between measured batch sizes (the nearest one's
+    outside them: no extrapolation); and a label naming the device and architecture."""
+    record = json.loads(Path(path).read_text())
+    arch, entry = min(record["architectures"].items(),
+                      key=lambda item: abs(math.log(item[1]["body_params"] / body_params)))
+    measured = sorted((int(b), kinds) for b, kinds in entry["batches"].items())
+    sizes = [b for b, _ in measured]
+    where = min(max(batch, sizes[0]), sizes[-1])
+    upper = next(i for i, b in enumerate(sizes) if b >= where)
+    lower = max(0, upper - 1)
+    (b0, r0), (b1, r1) = measured[lower], measured[upper]
+    share = 0.0 if b1 == b0 else (math.log(where) - math.log(b0)) / (math.log(b1) - math.log(b0))
+    rates = {kind: math.exp((1 - share) * math.log(r0[kind]) + share * math.log(r1[kind])) for kind in KIND_NAMES}
+    return rates, f"{record['device']}, {arch} at batch {batch}"
 
 
 def power_lines(design: Design, components, seconds: dict, options: PlanOptions) -> list[str]:
@@ -140,6 +175,29 @@ def check_plan_options(args) -> None:
         value = getattr(args, name)
         if value is not None and not (math.isfinite(value) and ok(value)):
             raise ConfigError(f"--{name.replace('_', '-')}: {value!r} is not allowed (must be {rule})")
+    if getattr(args, "gpu_rates", None) is not None:
+        check_gpu_rates(args.gpu_rates)
+
+
+def check_gpu_rates(path: str) -> None:
+    """A --gpu-rates file must be benchmarks/gpu_rates.py's: every architecture with its body parameters and,
+    per batch size, a finite rate > 0 of each kind."""
+    problem = None
+    try:
+        record = json.loads(Path(path).read_text())
+        entries = record["architectures"]
+        rates = [kinds[k] for e in entries.values() for kinds in e["batches"].values() for k in KIND_NAMES]
+        sizes = [int(b) for e in entries.values() for b in e["batches"]] + [e["body_params"] for e in entries.values()]
+        if not entries or not rates or not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0
+                                                for v in rates + sizes):
+            problem = "no architecture with finite rates > 0"
+        str(record["device"])
+    except OSError as error:
+        problem = f"cannot be read ({error.strerror or error})"
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        problem = f"not a rates file of benchmarks/gpu_rates.py ({type(error).__name__}: {error})"
+    if problem:
+        raise ConfigError(f"--gpu-rates {path}: {problem}")
 
 
 def check_from_run(run_dir: str | None, config) -> None:
