@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.persalign-installed
 
-.PHONY: demo test install clean gpu-wheels gpu-check
+.PHONY: demo test lint install clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -24,6 +24,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup  # one worker per core; Ray's tests share one worker
+
+lint: $(STAMP)  # the linter (rules in pyproject.toml) and the house's layers and sizes (tests/test_architecture.py)
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/test_architecture.py
 
 gpu-wheels:  # on a connected machine: what a CUDA machine lacks for gpu-check, into wheelhouse/
 	bash benchmarks/gpu_wheels.sh

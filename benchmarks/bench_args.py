@@ -29,13 +29,13 @@ import statistics
 import time
 
 import torch
-
 from common import emit, machine, news_query_pairs, peak_memory_mib
+
+from persalign.core.prompts import PromptFormatter
+from persalign.core.registry import METHODS
 from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode, tree_forward
-from persalign.decoding import decode, extend_mask, greedy, prefill
+from persalign.engine.decoding import decode, extend_mask, greedy, prefill
 from persalign.models.loading import decoder_stack, load_causal_lm
-from persalign.prompts import PromptFormatter
-from persalign.registry import METHODS
 from persalign.rewards.lora import attach_lora
 
 
@@ -49,7 +49,7 @@ def run_batches(fn, prompts, batch):
     outputs, seconds, stats = [], 0.0, []
     for start in range(0, len(prompts), batch):
         st = {}
-        out, sec = timed(lambda: fn(prompts[start : start + batch], st))
+        out, sec = timed(lambda first=start, stats=st: fn(prompts[first : first + batch], stats))
         outputs += out
         seconds += sec
         stats.append(st)
@@ -95,8 +95,8 @@ def floor_step(policy, rm, prompts, k, reps=5):
         candidates = p_state.logprobs.topk(k, -1).indices
         next_pos = p_state.positions[:, -1] + 1
         start = time.perf_counter()
-        policy.model(input_ids=tokens[:, None], attention_mask=extend_mask(p_state.mask), position_ids=next_pos[:, None],
-                     past_key_values=p_state.cache, use_cache=True)
+        policy.model(input_ids=tokens[:, None], attention_mask=extend_mask(p_state.mask),
+                     position_ids=next_pos[:, None], past_key_values=p_state.cache, use_cache=True)
         tree_forward(decoder_stack(rm.model), r_state.cache, r_state.mask, next_pos, candidates)
         times.append(time.perf_counter() - start)
     return statistics.median(times)
@@ -118,7 +118,9 @@ def shared_prefill_rows(policy, rms, method, prompts, args, max_new) -> dict:
             fresh.append(once(None))
             reused.append(once(memo))
         assert all(out == filled for out, _, _ in fresh + reused), "a reused prefill changed the output"
-        med = lambda runs, i: statistics.median(r[i] for r in runs)
+        def med(runs, i):
+            return statistics.median(r[i] for r in runs)
+
         rows[f"shared_prefill_{name}"] = {
             "fresh_batch_s": med(fresh, 1), "reused_batch_s": med(reused, 1),
             "fresh_prefill_s": med(fresh, 2), "reused_prefill_s": med(reused, 2),

@@ -7,10 +7,10 @@ data: item k concatenates the descriptions of articles k .. k + (k mod 12),
 so inputs run from one article to twelve, as real users' writing does. For each: processed (padded) ÷ real
 tokens of both batchings, and with --time the wall time and peak memory of
 the frozen reward-feature pass (persalign.rewards.backbone; before: distinct
-prompts 16 at a time in data order, padded), of the policy log-prob pass (persalign.scoring.response_logprobs) and of greedy
-generation (20 new tokens, batches planned by persalign.batching.plan_generation
-as the evaluator plans a cell) both ways, each in its own process so the peaks
-do not mix.
+prompts 16 at a time in data order, padded), of the policy log-prob pass
+(persalign.engine.scoring.response_logprobs) and of greedy generation (20 new
+tokens, batches planned by persalign.engine.batching.plan_generation as the
+evaluator plans a cell) both ways, each in its own process so the peaks do not mix.
 
     python benchmarks/bench_batching.py              # token counts only (seconds)
     python benchmarks/bench_batching.py --time       # also time the three passes both ways
@@ -26,7 +26,8 @@ import sys
 import time
 
 from common import emit, machine, news_query_pairs, peak_memory_mib
-from persalign.batching import default_budget, padding_ratio, plan_batches
+
+from persalign.engine.batching import default_budget, padding_ratio, plan_batches
 
 BATCH_SIZE = 16
 MAX_NEW_TOKENS = 20  # the news configs allow 32; 20 keeps the bench short (both modes decode the same)
@@ -34,8 +35,8 @@ MAX_NEW_TOKENS = 20  # the news configs allow 32; 20 keeps the bench short (both
 
 def sequences(which: str, limit: int | None) -> tuple[list[list[int]], list[list[int]]]:
     """(prompts, responses) token ids of the ICL 8-shot set or the long-input set."""
+    from persalign.core.prompts import PromptFormatter
     from persalign.models.loading import load_causal_lm
-    from persalign.prompts import PromptFormatter
 
     dataset, split, pairs = news_query_pairs(limit)
     items = dataset.item_by_id()
@@ -67,8 +68,8 @@ def token_figures(prompts, responses, budget: int) -> dict:
 
 def feature_pass(lm, prompts, responses, mode: str, budget: int) -> float:
     """Seconds of the frozen reward-feature pass over the set (no cache on disk)."""
+    from persalign.engine.scoring import continue_from_prefill
     from persalign.rewards.backbone import RewardBackbone
-    from persalign.scoring import continue_from_prefill
 
     backbone = RewardBackbone(lm, "bench")
     backbone.token_budget = budget
@@ -87,12 +88,12 @@ def time_pass(which: str, mode: str, limit: int | None, budget: int) -> dict:
     (fixed batches of BATCH_SIZE in data order, the old batching) or sorted (the token-budget plan)."""
     from types import SimpleNamespace
 
-    from persalign.batching import plan_generation
-    from persalign.decoding import decode, greedy
-    from persalign.models.loading import load_causal_lm
-    from persalign.scoring import _logprobs_batch, response_logprobs
-
     import torch
+
+    from persalign.engine.batching import plan_generation
+    from persalign.engine.decoding import decode, greedy
+    from persalign.engine.scoring import _logprobs_batch, response_logprobs
+    from persalign.models.loading import load_causal_lm
 
     torch.set_grad_enabled(False)  # _logprobs_batch is the inner step of a no_grad function
     prompts, responses = sequences(which, limit)
@@ -112,8 +113,9 @@ def time_pass(which: str, mode: str, limit: int | None, budget: int) -> dict:
     start = time.perf_counter()
     for batch in plan:
         decode(lm, [prompts[i] for i in batch], greedy, MAX_NEW_TOKENS)
-    return {"feature_seconds": feature_seconds, "logprob_seconds": logprob_seconds, "generation_seconds": time.perf_counter() - start,
-            "generation_batches": len(plan), "peak_memory_mib": peak_memory_mib()}
+    return {"feature_seconds": feature_seconds, "logprob_seconds": logprob_seconds,
+            "generation_seconds": time.perf_counter() - start, "generation_batches": len(plan),
+            "peak_memory_mib": peak_memory_mib()}
 
 
 def main() -> None:

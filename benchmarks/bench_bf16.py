@@ -21,12 +21,12 @@ import argparse
 import copy
 
 import torch
-
 from common import emit, machine
+
+from persalign.core.prompts import PromptFormatter
 from persalign.data.demo_authors import demo_records
 from persalign.metrics.ranking import pair_outcome
 from persalign.models.qwen_shapes import qwen_random
-from persalign.prompts import PromptFormatter
 
 
 @torch.no_grad()

@@ -2,7 +2,7 @@
 
 Same policy (SmolLM2-135M-Instruct, fp32), same zero-shot prompts of real news_category query items,
 greedy, batch `--batch`; each path's outputs are compared token for token with persalign's loop
-(`persalign.decoding.decode`, a DynamicCache, the path every deployment uses):
+(`persalign.engine.decoding.decode`, a DynamicCache, the path every deployment uses):
 
 - `hf_dynamic`: `model.generate` with its default (dynamic) cache;
 - `hf_static`: `model.generate(cache_implementation="static")` (preallocated cache, fixed shapes);
@@ -24,11 +24,11 @@ import statistics
 import time
 
 import torch
-
 from common import emit, machine, news_query_pairs, peak_memory_mib
-from persalign.decoding import decode, greedy, left_pad
+
+from persalign.core.prompts import PromptFormatter
+from persalign.engine.decoding import decode, greedy, left_pad
 from persalign.models.loading import load_causal_lm
-from persalign.prompts import PromptFormatter
 
 
 def persalign_greedy(lm, prompts, max_new):

@@ -1,14 +1,14 @@
 """How far a finished run's generation is from what this machine allows (issue #31, point 1, first part).
 
 The floor of a stage is its counted work divided by the rate this machine reaches on the same kind of
-work, measured here, in the same process, on the same model (`persalign.machine_rates`: matmul, prefill,
+work, measured here, in the same process, on the same model (`persalign.planner.machine_rates`: matmul, prefill,
 decode, ARGS candidates).
 
 Generation's work per part comes from the run's stored counted work (`counted_work` of every cell:
-prompt tokens prefilled, tokens decoded, candidate tokens scored; FLOPs by `persalign.cost.forward_flops`
+prompt tokens prefilled, tokens decoded, candidate tokens scored; FLOPs by `persalign.engine.cost.forward_flops`
 with the mean prompt length as context); where the run metered less generation work than that (shared
 ARGS passes and memos, issue #42: counted work is each cell alone), the floor is scaled to the work done.
-Every other stage's work is what the run metered (`persalign.work_meter`: `stage_flops` of each cell,
+Every other stage's work is what the run metered (`persalign.engine.work_meter`: `stage_flops` of each cell,
 `features_flops` / `training_flops` of each trained model, `lambda_flops` of each λ choice; runs from
 before the meter have none and get no floor); its floor is that work at the prefill rate, the fastest
 this machine runs the model (an optimistic floor).
@@ -25,11 +25,10 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-
 from common import emit, machine
-from persalign.cost import ModelShape, forward_flops
-from persalign.machine_rates import measure_rates
 
+from persalign.engine.cost import ModelShape, forward_flops
+from persalign.planner.machine_rates import measure_rates
 
 TRAINING = "training + adaptation"
 

@@ -30,18 +30,18 @@ import random
 import time
 
 import torch
+from bench_args import reference_args
+from common import emit, machine
 from tokenizers import Tokenizer, models
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
-from bench_args import reference_args
-from common import emit, machine
+from persalign.core.registry import METHODS
 from persalign.decoders.args_decoding import RewardGuide, args_decode
 from persalign.decoders.args_shared import HeadRow, shared_args_decode
-from persalign.decoding import decode, greedy
+from persalign.engine.decoding import decode, greedy
 from persalign.models.device import resolve_device, resolve_dtype
 from persalign.models.loading import LoadedLM
 from persalign.models.qwen_shapes import qwen_config
-from persalign.registry import METHODS
 from persalign.rewards.policy_scoring import logprob_sums
 
 TINY = functools.partial(LlamaConfig, vocab_size=1024, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -175,8 +175,9 @@ def markdown(results: dict) -> list[str]:
             row = out[key]
             peaks = " / ".join("–" if row[s]["peak_gib"] is None else f"{row[s]['peak_gib']:.1f}"
                                for s in ("greedy", "icl", "args", "scoring"))
-            lines.append(f"| {arch} | {key[5:]} | {row['greedy']['tokens_per_s']:.0f} | {row['icl']['tokens_per_s']:.0f}"
-                         f" | {row['args']['tokens_per_s']:.0f} ({row['args_over_greedy']:.2f}) | "
+            lines.append(f"| {arch} | {key[5:]} | {row['greedy']['tokens_per_s']:.0f} | "
+                         f"{row['icl']['tokens_per_s']:.0f} | {row['args']['tokens_per_s']:.0f} "
+                         f"({row['args_over_greedy']:.2f}) | "
                          f"{row['args_over_reference']:.1f}× | {row['args_shared_pass']['tokens_per_s']:.0f} | "
                          f"{row['scoring']['tokens_per_s']:.0f} | {peaks} |")
         lines.append(f"| {arch} | reference, 1 | – | – | {out['reference']['tokens_per_s']:.0f} | 1.0× | – | – | – |")

@@ -20,11 +20,11 @@ import time
 
 import numpy as np
 import torch
-
 from common import emit, machine, news_query_pairs, peak_memory_mib
+
+from persalign.core.prompts import PromptFormatter
+from persalign.core.registry import METHODS
 from persalign.models.loading import decoder_stack, load_causal_lm
-from persalign.prompts import PromptFormatter
-from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 

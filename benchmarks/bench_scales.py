@@ -22,11 +22,11 @@ import time
 from pathlib import Path
 
 import torch
-
 from common import emit, machine
+
+from persalign.core.prompts import PromptFormatter
 from persalign.data.demo_authors import demo_records
 from persalign.models.qwen_shapes import qwen_random
-from persalign.prompts import PromptFormatter
 
 STATUS = Path("/proc/self/status")
 
@@ -50,10 +50,10 @@ def stage(results: dict, name: str, fn) -> None:
 
 
 def measure(size: str) -> dict:
-    from persalign.decoding import decode, greedy
+    from persalign.core.records import UserItem
     from persalign.decoders.best_of_n_samples import sample_keys, sample_responses, sampler
+    from persalign.engine.decoding import decode, greedy
     from persalign.models.loading import LoadedLM
-    from persalign.records import UserItem
     from persalign.rewards.backbone import RewardBackbone
     from persalign.rewards.policy_scoring import logprob_sums
 

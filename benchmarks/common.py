@@ -25,7 +25,7 @@ def peak_memory_mib() -> float:
 
 def news_query_pairs(limit: int | None = None):
     """(dataset, split, query comparisons) of configs/news_category.yaml on the real data."""
-    from persalign.config import load_config
+    from persalign.core.config import load_config
     from persalign.data.build import build_dataset
     from persalign.data.split import make_split
     from persalign.models.embedders import load_embedder

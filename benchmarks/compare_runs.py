@@ -94,7 +94,8 @@ def load(run_dir: Path) -> tuple[dict, dict, dict]:
 def differences(a, b, where: str = "", rel: float = 1e-9) -> list[str]:
     """Every place two JSON values differ (floats to `rel`, relative), as 'where: a != b'."""
     if isinstance(a, dict) and isinstance(b, dict):
-        return [d for k in sorted(set(a) | set(b), key=str) for d in differences(a.get(k), b.get(k), f"{where}/{k}", rel)]
+        return [d for k in sorted(set(a) | set(b), key=str)
+                for d in differences(a.get(k), b.get(k), f"{where}/{k}", rel)]
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
         return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}[{i}]", rel)]
     if isinstance(a, float) and isinstance(b, float):
@@ -106,7 +107,8 @@ def compare_cell(label: str, cells: tuple[dict, dict], ties: set, lambdas: tuple
     """(unexcused differences, excused ones) of one cell."""
     rows_a = {r["id"]: r for r in cells[0]["rows"]}
     rows_b = {r["id"]: r for r in cells[1]["rows"]}
-    row_diffs = {i: differences(rows_a.get(i), rows_b.get(i), f"{label} row {i}") for i in rows_a.keys() | rows_b.keys()}
+    row_diffs = {i: differences(rows_a.get(i), rows_b.get(i), f"{label} row {i}")
+                 for i in rows_a.keys() | rows_b.keys()}
     excused = [d for i, ds in row_diffs.items() if i in ties for d in ds]
     unexcused = [d for i, ds in row_diffs.items() if i not in ties for d in ds]
     rest = differences({k: v for k, v in cells[0].items() if k != "rows"},

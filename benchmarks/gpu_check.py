@@ -122,8 +122,8 @@ def targets(results: dict, plan: Plan) -> list[dict]:
     middle = plan.batches[1]
     rows = []
     for arch, out in results.items():
-        rows.append({"target": f"{arch}: ARGS ÷ greedy at batch {middle} ≥ 0.5",
-                     "value": out[f"batch{middle}"]["args_over_greedy"], "met": out[f"batch{middle}"]["args_over_greedy"] >= 0.5})
+        ratio = out[f"batch{middle}"]["args_over_greedy"]
+        rows.append({"target": f"{arch}: ARGS ÷ greedy at batch {middle} ≥ 0.5", "value": ratio, "met": ratio >= 0.5})
         for batch, floor in ((1, 3.0), (middle, 10.0)):
             value = out[f"batch{batch}"]["args_over_reference"]
             rows.append({"target": f"{arch}: ARGS ÷ reference at batch {batch} ≥ {floor:g}×", "value": value,
@@ -139,11 +139,11 @@ def targets(results: dict, plan: Plan) -> list[dict]:
 def pdpo_step(plan: Plan, out: Path) -> dict:
     import random
 
+    import bench_gpu
     import torch
 
-    import bench_gpu
+    from persalign.core.registry import METHODS
     from persalign.models.device import resolve_dtype
-    from persalign.registry import METHODS
     from persalign.rewards.train import PairData
 
     device = torch.device(plan.device)
@@ -196,7 +196,8 @@ def report(results: dict) -> str:
         lines += ["", "## Correct on the device", "", f"pytest -m cuda: {results['correctness']['pytest']}", "",
                   "```json", json.dumps(results["correctness"]["checks"], indent=1)[:4000], "```"]
     if "timing" in results:
-        lines += ["", f"## Timed ({results['timing']['dtype']} on {env.get('device', '?')})", ""] + bench_gpu.markdown(results["timing"]["results"])
+        lines += ["", f"## Timed ({results['timing']['dtype']} on {env.get('device', '?')})", ""]
+        lines += bench_gpu.markdown(results["timing"]["results"])
         lines += ["", "| target | measured | met |", "|---|---|---|"]
         lines += [f"| {t['target']} | {t['value']:.2f} | {'yes' if t['met'] else 'NO'} |"
                   for t in results["timing"]["targets"]]

@@ -4,7 +4,7 @@
 optimistic (docs/scale-out.md): at these batch sizes a decode step costs a near-constant time (kernel launches,
 Python), not its FLOPs. This script turns one timing run of `bench_gpu.py` (alone, or step 3 of
 `gpu_check.py`) into what the planner can use instead: for each architecture and batch size, the work
-persalign's cost model (persalign/cost.py) counts for each timed stage — on the very token ids the benchmark
+persalign's cost model (persalign/engine/cost.py) counts for each timed stage — on the very token ids the benchmark
 decoded (bench_gpu.bench_inputs) — divided by the seconds it took:
 
 - decode     = greedy's counted FLOPs ÷ greedy's seconds (its one prefill included: 1 forward in 25);
@@ -24,8 +24,9 @@ import json
 from pathlib import Path
 
 from bench_gpu import ARCHITECTURES, bench_inputs, prompts_at
-from persalign.cost import args_work, forward_flops, greedy_work
-from persalign.counted_plan import NO_HEAD, shape_from_config
+
+from persalign.engine.cost import args_work, forward_flops, greedy_work
+from persalign.runner.counted_plan import NO_HEAD, shape_from_config
 
 KINDS = {"decode": "greedy", "candidates": "args", "prefill": "scoring"}  # rate kind -> the stage it is read from
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "scales_dry_run.yaml"
-RUN = "import sys; from persalign.cli import main; sys.exit(main(sys.argv[1:]))"
+RUN = "import sys; from persalign.cli.commands import main; sys.exit(main(sys.argv[1:]))"
 # planner stages -> what the run measured for them (None: not timed apart; it is in the run's wall time)
 MEASURED_AS = {"features": "features_s", "λ choice": None, "generation": "generation_s", "scoring": "scoring_s"}
 
@@ -59,10 +59,10 @@ def planner_gpu_seconds(overrides: list[str], gpu: str, rates: str | None) -> di
     """Counted FLOPs per stage, the planner's GPU seconds per stage (FLOP peak × utilisation, and with `rates`
     at a GPU's measured rates too), generation's three parts (prefill, decode, candidates) summed as the run
     times them."""
-    from persalign.config import load_config
-    from persalign.counted_plan import design_of, shape_from_config, stage_work
-    from persalign.model_checks import policy_config
-    from persalign.planning import GPU_PEAKS, PlanOptions, gpu_rates_for, projected_seconds
+    from persalign.core.config import load_config
+    from persalign.models.checks import policy_config
+    from persalign.planner.plan import GPU_PEAKS, PlanOptions, gpu_rates_for, projected_seconds
+    from persalign.runner.counted_plan import design_of, shape_from_config, stage_work
 
     config = load_config(str(CONFIG), overrides)
     design = design_of(config)

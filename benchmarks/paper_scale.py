@@ -28,8 +28,8 @@ from pathlib import Path
 
 from common import ROOT, emit
 
-from persalign.config import load_config
-from persalign.planning import GPU_PEAKS, Design, design_of, shape_from_config, stage_work
+from persalign.core.config import load_config
+from persalign.planner.plan import GPU_PEAKS, Design, design_of, shape_from_config, stage_work
 
 GiB = 2**30
 PAPER = {"train_users": 485, "train_pairs_per_user": 48.8, "adapt_users": 126, "adapt_pairs_per_user": 49.2}
@@ -59,7 +59,7 @@ def pdpo_training_flops(config, design: Design, params: float) -> float:
     method = next((m for m in config.methods if m.name == "pdpo"), None)
     if method is None:
         return 0.0
-    from persalign.registry import METHODS
+    from persalign.core.registry import METHODS
     from persalign.rewards.method import resolve_settings
 
     settings = resolve_settings(METHODS.get("pdpo"), method, config.reward, config.seeds[0])
@@ -114,7 +114,7 @@ def stage_memory(config, design: Design, size: str, measured: dict | None) -> di
     return {stage: value / GiB for stage, value in out.items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def params_of(size: str) -> float:
     import torch
     from transformers import Qwen2ForCausalLM
@@ -127,9 +127,9 @@ def params_of(size: str) -> float:
 
 def bench_tokens() -> int:
     """Tokens of bench_scales's P-DPO step (8 soft vectors, then the first demo prompt and its response)."""
+    from persalign.core.prompts import PromptFormatter
     from persalign.data.demo_authors import demo_records
     from persalign.models.qwen_shapes import qwen_tokenizer
-    from persalign.prompts import PromptFormatter
 
     record = demo_records()[0]
     formatter = PromptFormatter(qwen_tokenizer(), "headline")

@@ -153,7 +153,7 @@ def view(run_dir: Path) -> dict:
 
 
 def run_tiny(out_dir: Path, *overrides: str) -> dict:
-    from persalign.config import load_config
+    from persalign.core.config import load_config
     from persalign.runner.run import run
 
     run(load_config("demo-baselines", TINY_ALL_DEPLOYMENTS + list(overrides)), out_dir, log=lambda *_: None)
@@ -161,14 +161,14 @@ def run_tiny(out_dir: Path, *overrides: str) -> dict:
 
 
 def run_tiny_study(out_dir: Path) -> dict:
-    from persalign.study import run_study
+    from persalign.cli.study import run_study
 
     (run_dir,) = run_study(["demo-baselines"], TINY_STUDY, str(out_dir), quick=True, log=lambda *_: None)
     return view(run_dir)
 
 
 def run_demo(out_dir: Path) -> dict:
-    from persalign.config import load_config
+    from persalign.core.config import load_config
     from persalign.runner.run import run
 
     run(load_config("demo-baselines"), out_dir, log=lambda *_: None)  # the demo before issue #18's whole chain
@@ -193,7 +193,7 @@ def stable_verdict_table(report_md: str) -> list[str]:
 
 def run_demo_study(out_dir: Path) -> dict:
     """`make demo`: `persalign study demo` (the whole chain on SmolLM2): cells, printed lines, verdict table."""
-    from persalign.study import headline_lines, run_study
+    from persalign.cli.study import headline_lines, run_study
 
     (run_dir,) = run_study(["demo"], [], str(out_dir), log=lambda *_: None)
     verdict, findings = headline_lines(run_dir / "report.md")

@@ -3,7 +3,7 @@ Settings dataclass (so the tests' numbers and thresholds keep their meaning), ov
 
 from dataclasses import fields
 
-from persalign.registry import METHODS
+from persalign.core.registry import METHODS
 
 PLAIN = dict(head_lr=1e-4, weight_decay=0.0, user_lr=1e-2, latent_dim=8, batch_size=32, epochs=200, patience=20,
              adapt_epochs=100, max_steps=None, backbone_lr=5e-5, seed=0)

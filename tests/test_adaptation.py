@@ -5,10 +5,10 @@ import copy
 import pytest
 import torch
 
-from persalign.registry import METHODS
+from persalign.core.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone
-from tests.method_settings import plain_settings
 from persalign.rewards.train import PairData, evaluate_pairs
+from tests.method_settings import plain_settings
 from tests.test_rewards_args import toy_pairs
 
 
@@ -32,7 +32,7 @@ def test_adaptation_keeps_the_final_parameters_and_improves_on_one_epoch(tiny_lm
         method = copy.deepcopy(base)
         method.settings.adapt_epochs = epochs
         snapshots = []
-        method.after_step = lambda m=method: snapshots.append(m.head.user_logits.detach().clone())
+        method.after_step = lambda m=method, kept=snapshots: kept.append(m.head.user_logits.detach().clone())
         method.adapt(backbone, "new", support)
         assert torch.equal(method.head.user_logits, snapshots[-1])  # the final parameters, not a snapshot
         losses[epochs] = evaluate_pairs(method.eval(), backbone, support)["loss"]

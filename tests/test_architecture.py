@@ -1,4 +1,5 @@
-"""The house kept clean (issue #30, point 5): no import cycle, and every arrow between layers points down.
+"""The house kept clean (issues #30, #53): no import cycle, every arrow between layers points down, no module loose
+at the package root, and files and functions small enough to read (300 lines; 50 lines and 6 parameters).
 
 Imports are read from the source (module level and inside functions alike), so a lazy import cannot hide
 an upward arrow. Layers, lowest first; a module may import its own layer or any layer below it.
@@ -9,17 +10,15 @@ from collections import defaultdict
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
-LAYERS = [
-    {"errors"},
-    {"files", "registry", "records"},
-    {"config", "config_checks", "batching", "prompts", "user_needs"},
-    {"models", "scoring", "decoding", "prefix_cache", "model_checks", "metrics", "data"},
-    {"rewards", "cost", "work_meter"},
+LAYERS = [  # the tree names them (issue #53): `ls src/persalign` reads as this list, bottom to top
+    {"core"},
+    {"models", "engine", "metrics", "data"},
+    {"rewards"},
     {"decoders"},
-    {"runner", "machine_rates", "counted_plan"},
+    {"runner"},
     {"analysis"},
-    {"report", "planning", "planning_power"},
-    {"study", "cli", "cli_parser"},
+    {"report", "planner"},
+    {"cli"},
 ]
 LAYER = {name: level for level, names in enumerate(LAYERS) for name in names}
 
@@ -46,6 +45,11 @@ def import_graph() -> dict[str, set[str]]:
 def top(module: str) -> str:
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
+
+
+def test_no_module_lies_loose_at_the_package_root():
+    loose = sorted(p.name for p in (SRC / "persalign").glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"put these in the package of their layer: {loose}"
 
 
 def test_every_package_has_a_layer():
@@ -75,3 +79,27 @@ def test_no_import_cycle_between_modules():
         if module not in state:
             visit(module, [module])
     assert not cycles, cycles
+
+
+MAX_FILE_LINES, MAX_FUNCTION_LINES, MAX_PARAMETERS = 300, 50, 6
+
+
+def oversized() -> list[str]:
+    found = []
+    for path in sorted((SRC / "persalign").rglob("*.py")):
+        text = path.read_text()
+        where = path.relative_to(SRC)
+        if len(text.splitlines()) > MAX_FILE_LINES:
+            found.append(f"{where}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                args = node.args
+                named = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg not in ("self", "cls")]
+                length = node.end_lineno - node.lineno + 1
+                if length > MAX_FUNCTION_LINES or len(named) > MAX_PARAMETERS:
+                    found.append(f"{where}:{node.lineno} {node.name}: {length} lines, {len(named)} parameters")
+    return found
+
+
+def test_files_and_functions_stay_small():
+    assert not oversized(), oversized()

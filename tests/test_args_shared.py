@@ -232,9 +232,9 @@ def test_a_shared_pass_charges_its_seconds_to_every_member_by_share(tmp_path, ca
 @pytest.mark.needs_models
 def test_smollm2_rows_of_one_pass_decode_as_each_head_alone():
     """The same check on SmolLM2-135M and real headlines: 4 heads × 2 λ over 3 prompts in one pass."""
+    from persalign.core.prompts import PromptFormatter
     from persalign.data.demo_authors import demo_records
     from persalign.models.loading import load_causal_lm
-    from persalign.prompts import PromptFormatter
 
     lm = load_causal_lm("smollm2-135m-instruct")
     formatter = PromptFormatter(lm.tokenizer, "headline")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from persalign import cli
+from persalign.cli.parser import split_overrides
 from persalign.runner.run import run
 from tests.bad_input_helpers import QUIET, cli_error
 from tests.test_runner import TINY, tiny_config
@@ -73,7 +74,7 @@ def test_an_equals_sign_in_an_output_path_or_config_file_is_not_an_override(tmp_
     """Issue #29: any argument with '=' was taken as an override (-o runs/a=b, a config named x=y.yaml)."""
     config = tmp_path / "x=y.yaml"
     config.write_text("name: x\n")
-    overrides, rest = cli.split_overrides(["run", str(config), "-o", str(tmp_path / "a=b"), "seeds=[0]"])
+    overrides, rest = split_overrides(["run", str(config), "-o", str(tmp_path / "a=b"), "seeds=[0]"])
     assert overrides == ["seeds=[0]"] and rest == ["run", str(config), "-o", str(tmp_path / "a=b")]
 
 

@@ -55,10 +55,10 @@ def test_tie_rule_absorbs_the_measured_batch_drift():
 def test_real_model_scores_drift_with_batch_size_but_outcomes_do_not():
     import numpy as np
 
+    from persalign.core.prompts import PromptFormatter
     from persalign.data.demo_authors import demo_records
     from persalign.metrics.ranking import outcomes
     from persalign.models.loading import load_causal_lm
-    from persalign.prompts import PromptFormatter
     from persalign.rewards.policy_scoring import logprob_sums
 
     lm = load_causal_lm("smollm2-135m-instruct")

@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from persalign.batching import map_batched, padding_ratio, plan_batches, row_cost
-from persalign.config import load_config
-from persalign.scoring import response_logprobs
+from persalign.core.config import load_config
+from persalign.engine.batching import map_batched, padding_ratio, plan_batches, row_cost
+from persalign.engine.scoring import response_logprobs
 
 
 def test_batches_are_sorted_within_budget_and_cover_every_item_once():
@@ -56,8 +56,9 @@ def test_logprobs_do_not_depend_on_the_budget(tiny_lm):
 
 
 def test_a_run_made_before_the_token_budget_existed_resumes_unless_it_is_set(tmp_path):
-    from persalign.config import load_config, to_dict
-    from persalign.errors import ConfigError
+    from persalign.core.config import load_config
+    from persalign.core.errors import ConfigError
+    from persalign.core.typed_yaml import to_dict
     from persalign.runner.store import RunStore
 
     store = RunStore(tmp_path / "run")
@@ -137,10 +138,10 @@ def test_best_of_n_samples_do_not_depend_on_how_a_cell_is_batched(tmp_path, tiny
     """Issue #19: samples are drawn in fixed groups of the run's examples, so asking for them in other
     batches (another token budget, another deployment's prompt lengths) draws the same texts
     (before: one generator per evaluator batch, keyed by its first example)."""
-    from persalign.config import BestOfNConfig
+    from persalign.core.config import BestOfNConfig
+    from persalign.core.prompts import PromptFormatter
+    from persalign.core.records import Comparison
     from persalign.decoders.best_of_n_samples import SampleStore
-    from persalign.prompts import PromptFormatter
-    from persalign.records import Comparison
     from persalign.runner.evaluate import Example
 
     examples = [Example(Comparison(f"q{i}", f"u{i % 2}", f"prompt number {i} " * (1 + i % 3), "a", "b"), None)

@@ -1,7 +1,7 @@
 """Best-of-N: picks the argmax, nested N are prefixes of one sample set, sampling is seeded."""
 
+from persalign.core.prompts import PromptFormatter
 from persalign.decoders.best_of_n_samples import nested_best, sample_keys, sample_responses, sampler
-from persalign.prompts import PromptFormatter
 
 
 def test_nested_best_picks_the_argmax_among_the_first_n():

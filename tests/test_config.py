@@ -1,7 +1,8 @@
 import pytest
 
-from persalign.config import DataConfig, RunConfig, from_dict, load_config
-from persalign.errors import ConfigError
+from persalign.core.config import DataConfig, RunConfig, load_config
+from persalign.core.errors import ConfigError
+from persalign.core.typed_yaml import from_dict
 
 
 def test_builtin_demo_config_loads_with_overrides():
@@ -52,12 +53,12 @@ def test_bad_override_syntax_and_missing_config():
 def test_registry_discovers_modules_and_reports_the_real_import_error(tmp_path, monkeypatch):
     import pytest
 
-    from persalign.registry import Registry
+    from persalign.core.registry import Registry
 
     for name, modules in {"goodpkg": {"one_method": "from goodpkg import REG\nREG.register('m')(42)\n"},
                           "brokenpkg": {"bad": "import not_a_real_module_xyz\n"}}.items():
         (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text(f"from persalign.registry import Registry\nREG = Registry('thing', '{name}', 'persalign.things')\n")
+        (tmp_path / name / "__init__.py").write_text(f"from persalign.core.registry import Registry\nREG = Registry('thing', '{name}', 'persalign.things')\n")
         for module, text in modules.items():
             (tmp_path / name / f"{module}.py").write_text(text)
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -73,7 +74,7 @@ def test_registry_discovers_modules_and_reports_the_real_import_error(tmp_path, 
 def test_building_a_method_leaves_the_global_rng_alone():
     import torch
 
-    from persalign.registry import METHODS
+    from persalign.core.registry import METHODS
     from tests.method_settings import plain_settings
 
     torch.manual_seed(123)
@@ -88,10 +89,10 @@ def test_inline_task_template_from_a_config_or_the_command_line():
 
     import pytest
 
-    from persalign.config import TaskSpec, load_config
-    from persalign.errors import ConfigError
+    from persalign.core.config import TaskSpec, load_config
+    from persalign.core.errors import ConfigError
+    from persalign.core.prompts import PromptFormatter
     from persalign.models.tiny import byte_tokenizer
-    from persalign.prompts import PromptFormatter
 
     my_writing = str(Path(__file__).resolve().parents[1] / "configs" / "my_writing.yaml")
     # issue #43 (1): the own-data example carried a commit-message task that a product-Q&A run used silently

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
+from persalign.core.config import MethodConfig, RewardConfig
+from persalign.core.prompts import PromptFormatter
+from persalign.core.registry import METHODS
 from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
-from persalign.config import MethodConfig, RewardConfig
-from persalign.prompts import PromptFormatter
-from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, pad_states
-from persalign.rewards.train import PairData, evaluate_pairs
 from persalign.rewards.method import resolve_settings as method_settings
+from persalign.rewards.train import PairData, evaluate_pairs
 
 WORDS = ["red", "blue", "cat", "dog", "sun", "rain", "big", "small", "fast", "slow", "old", "new"]
 # Every registered method that learns from pairs, installed plugins included. Pretrained reward models
@@ -172,12 +172,12 @@ def test_training_is_deterministic_under_a_seed(name, tiny_lm, backbone):
 
 def test_query_items_are_never_seen_during_fit_or_adapt():
     """By construction: fit sees the train users' train pairs, adapt the support pairs; never query ids."""
-    from persalign.config import DataConfig, SplitConfig
+    from persalign.core.config import DataConfig, SplitConfig
+    from persalign.core.registry import DATASETS
     from persalign.data.preflamp import build_pref_lamp
     from persalign.data.split import make_split
     from persalign.data.writing import keep_active_users
     from persalign.models.embedders import HashingBowEmbedder
-    from persalign.registry import DATASETS
 
     writing = keep_active_users(DATASETS.get("demo")(DataConfig()), DataConfig())
     dataset = build_pref_lamp(writing, HashingBowEmbedder(), SplitConfig(adapt_fraction=0.25), top_k=5, seed=0)

@@ -5,9 +5,9 @@ chose λ = 0 and wrote identical outputs showed 3.1× and 1.7× in the fresh
 demo, and which personalized method ran first absorbed the support features.
 """
 
-from persalign.config import load_config
-from persalign.cost import ModelShape, args_work, forward_flops, greedy_work, shape_of, steps_of
-from persalign.decoding import decode, greedy
+from persalign.core.config import load_config
+from persalign.engine.cost import ModelShape, args_work, forward_flops, greedy_work, shape_of, steps_of
+from persalign.engine.decoding import decode, greedy
 from persalign.runner.run import run
 from persalign.runner.store import Cell
 

@@ -25,7 +25,7 @@ import torch
 
 from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
 from persalign.decoders.args_shared import HeadRow, shared_args_decode
-from persalign.decoding import decode, greedy
+from persalign.engine.decoding import decode, greedy
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
 from tests.golden import assert_same, load_golden, run_tiny
@@ -97,7 +97,7 @@ def test_greedy_and_args_write_the_cpus_tokens_at_any_batch_size(device):
     prompts = prompts_of(lm, TEXTS)
     outputs = {}
     for where, model, head in (("cpu", cpu_lm, method), ("device", lm, copy.deepcopy(method).to(device))):
-        guide = lambda n: RewardGuide(model, head, ["u"] * n, lam=2.0, top_k=5)  # noqa: E731
+        guide = lambda n, model=model, head=head: RewardGuide(model, head, ["u"] * n, lam=2.0, top_k=5)  # noqa: E731
         outputs[where] = {"greedy": decode(model, prompts, greedy, 8),
                           "greedy_alone": [decode(model, [p], greedy, 8)[0] for p in prompts],
                           "args": args_decode(model, guide(len(prompts)), prompts, 8),

@@ -4,14 +4,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from persalign.config import DataConfig, DecoderConfig, SplitConfig, load_config
+from persalign.core.config import DataConfig, DecoderConfig, SplitConfig, load_config
+from persalign.core.errors import ConfigError
+from persalign.core.registry import DATASETS, DECODERS
 from persalign.data.preflamp import build_pref_lamp
 from persalign.data.split import make_split
 from persalign.data.writing import keep_active_users
 from persalign.decoders.base import EvalContext
-from persalign.errors import ConfigError
 from persalign.models.embedders import CachedEmbedder, HashingBowEmbedder
-from persalign.registry import DATASETS, DECODERS
 from persalign.runner.plan import PlannedCell, plan
 from persalign.runner.store import Cell
 
@@ -89,7 +89,7 @@ def test_demonstration_settings_a_decoder_cannot_use_are_refused(entry, message)
 def test_demos_dropped_to_fit_the_prompt_budget_are_not_reported_as_used(tmp_path, cache_dir):
     """Issue #29 (a): with a prompt budget below a demonstration's length, ICL rows were byte-identical to
     zero-shot while `demo_ids` listed 4 demonstrations and the report said "ICL (4-shot)"."""
-    from persalign.config import load_config
+    from persalign.core.config import load_config
     from persalign.report.markdown import build_report
     from persalign.runner.run import run
     from persalign.runner.store import Cell

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from persalign.decoding import decode, generate_texts, greedy
-from persalign.prompts import PromptFormatter
-from persalign.records import UserItem
-from persalign.scoring import mean_logprob, response_logprobs
+from persalign.core.prompts import PromptFormatter
+from persalign.core.records import UserItem
+from persalign.engine.decoding import decode, generate_texts, greedy
+from persalign.engine.scoring import mean_logprob, response_logprobs
 
 
 def prompts_for(lm, texts):
@@ -111,8 +111,8 @@ def test_prompt_budget_drops_demonstrations_never_the_query(tiny_lm):
 
 
 def test_scoring_from_the_generation_prefill_equals_a_fresh_forward(tiny_lm):
-    from persalign.decoding import decode_from, prefill
-    from persalign.scoring import logprobs_from_prefill
+    from persalign.engine.decoding import decode_from, prefill
+    from persalign.engine.scoring import logprobs_from_prefill
 
     formatter = PromptFormatter(tiny_lm.tokenizer, "headline")
     prompts = [formatter.prompt_ids(t) for t in ["one", "a much longer article text", "mid size"]]

@@ -3,9 +3,9 @@ counted before it runs, so the baselines' speed no longer promises its time."""
 
 import pytest
 
-from persalign.counted_plan import design_of, shape_from_config, stage_work
-from persalign.model_checks import policy_config
+from persalign.models.checks import policy_config
 from persalign.runner import eta
+from persalign.runner.counted_plan import design_of, shape_from_config, stage_work
 from persalign.runner.plan import plan
 from tests.test_runner import tiny_config
 

@@ -11,7 +11,7 @@ import pytest
 from persalign import cli
 from tests.test_runner import TINY
 
-PERSALIGN = [sys.executable, "-m", "persalign.cli"]
+PERSALIGN = [sys.executable, "-m", "persalign.cli.commands"]
 SMALL = [a for a in TINY if not a.startswith("seeds")] + ["seeds=[0]", "methods=[{name: pal, prototypes: 3}]",
                                                           "reward.epochs=2", "args.selection=fixed"]
 

@@ -2,14 +2,14 @@
 
 import torch
 
+from persalign.core.registry import METHODS
 from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
+from persalign.engine.scoring import response_logprobs
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
-from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, pad_states
-from tests.method_settings import plain_settings
 from persalign.rewards.train import evaluate_pairs
-from persalign.scoring import response_logprobs
+from tests.method_settings import plain_settings
 from tests.test_rewards_args import prompts_of, toy_pairs
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from persalign import cli
-from persalign.registry import METHODS
+from persalign.core.registry import METHODS
 from tests.test_runner import TINY
 
 
@@ -101,7 +101,7 @@ def test_a_classifier_with_several_labels_or_no_model_is_refused(tmp_path, capsy
 
 def test_in_lora_mode_it_neither_builds_nor_saves_a_lora_backbone(classifier_dir, tmp_path):
     """A pretrained RM trains nothing: reward.mode=lora must not copy the policy into a LoRA backbone for it."""
-    from persalign.config import load_config
+    from persalign.core.config import load_config
     from persalign.runner.run import run
 
     overrides = [f"methods=[{{name: hf_rm, model: '{classifier_dir}'}}]", "decoders=[{name: zero_shot}]",

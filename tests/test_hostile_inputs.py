@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from persalign import cli
+from persalign.cli import commands
 from tests.bad_input_helpers import cli_error
 from tests.test_runner import TINY
 
@@ -31,8 +32,9 @@ def _plugin_module(tmp_path, monkeypatch, source):
 
 
 def _corrupt_reward_model(tmp_path):
-    from tests.test_hf_rm import word_tokenizer
     from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    from tests.test_hf_rm import word_tokenizer
 
     tokenizer = word_tokenizer()
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
@@ -176,7 +178,7 @@ def test_every_prompt_cut_is_marked_before_the_verdict(tmp_path, capsys):
 
 def test_a_broken_installed_plugin_blocks_only_its_own_use(monkeypatch, capsys):
     """Before: one broken entry point stopped every run and `persalign list`, blaming config.methods[0]."""
-    from persalign.registry import METHODS
+    from persalign.core.registry import METHODS
 
     class Point:
         name, value, group = "broken_plugin", "no_such_module:Method", "persalign.methods"
@@ -202,8 +204,8 @@ def test_a_full_disk_names_the_file_it_was_writing(tmp_path, monkeypatch):
     import errno
     from pathlib import Path
 
-    from persalign.cli import os_problem
-    from persalign.files import write_atomic
+    from persalign.cli.commands import os_problem
+    from persalign.core.files import write_atomic
 
     def full(self, data):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -219,7 +221,7 @@ def test_running_out_of_memory_is_one_line(monkeypatch, capsys):
     def exhausted(args):
         raise MemoryError("Unable to allocate 30.5 GiB for an array")
 
-    monkeypatch.setitem(cli.HANDLERS, "list", exhausted)
+    monkeypatch.setitem(commands.HANDLERS, "list", exhausted)
     line = cli_error(capsys, ["list"])
     assert line.startswith("persalign: error: out of memory (MemoryError: Unable to allocate 30.5 GiB") and \
         "lower what sets the size" in line
@@ -303,7 +305,7 @@ def test_a_fifo_or_device_as_the_data_path_is_refused_not_hashed_forever(tmp_pat
     fifo = tmp_path / "data.jsonl"
     os.mkfifo(fifo)
     for path in (fifo, Path("/dev/zero")):
-        done = subprocess.run([sys.executable, "-m", "persalign.cli", "run", "demo-baselines", "-o",
+        done = subprocess.run([sys.executable, "-m", "persalign.cli.commands", "run", "demo-baselines", "-o",
                                str(tmp_path / "run"), "data.dataset=completions_jsonl", f"data.path={path}",
                                "data.task=headline", "policies=[tiny-llama]", "data.embedder=hashing-bow"],
                               capture_output=True, text=True, timeout=120)

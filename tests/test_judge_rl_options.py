@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from persalign.errors import ConfigError
+from persalign.core.errors import ConfigError
 from persalign.metrics.judge import endpoint_judge
 from tests.bad_input_helpers import cli_error
 

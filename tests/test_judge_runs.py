@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from persalign.config import load_config
+from persalign.core.config import load_config
 from persalign.report.markdown import build_report
 from persalign.runner import judging
 from persalign.runner.run import run

@@ -2,15 +2,15 @@
 
 import pytest
 
-from persalign.config import DataConfig, SplitConfig
+from persalign.core.config import DataConfig, SplitConfig
+from persalign.core.prompts import PromptFormatter
+from persalign.core.records import Comparison, PreferenceDataset, UserItem
+from persalign.core.registry import DATASETS
 from persalign.data.preflamp import build_pref_lamp
 from persalign.data.split import make_split
 from persalign.data.writing import UserWriting, keep_active_users
-from persalign.models.embedders import HashingBowEmbedder
-from persalign.prompts import PromptFormatter
-from persalign.records import Comparison, PreferenceDataset, UserItem
-from persalign.registry import DATASETS
 from persalign.decoders.args_lambda import validation_pairs
+from persalign.models.embedders import HashingBowEmbedder
 
 SPLIT = SplitConfig(adapt_fraction=0.4, support_fraction=0.5, heldout_fraction=0.2, seed=1)
 WORDS = "river market council storm school museum airport garden library harvest bakery robot panda".split()

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from persalign.config import DataConfig
+from persalign.core.config import DataConfig
+from persalign.core.errors import DataError
+from persalign.core.registry import DATASETS
 from persalign.data.writing import keep_active_users
-from persalign.errors import DataError
-from persalign.registry import DATASETS
 
 
 def load(name, **kwargs):
@@ -108,8 +108,8 @@ def test_generic_completions_duplicate_id(tmp_path):
 
 
 def test_unknown_dataset_and_task():
-    from persalign.errors import ConfigError
-    from persalign.prompts import task_template
+    from persalign.core.errors import ConfigError
+    from persalign.core.prompts import task_template
 
     with pytest.raises(ConfigError, match="unknown dataset 'lamp9'"):
         DATASETS.get("lamp9")

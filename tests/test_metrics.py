@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from persalign.config import MetricsConfig
+from persalign.core.config import MetricsConfig
 from persalign.metrics.generation import BertScoreMetric, RougeMetric
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
 
@@ -65,9 +65,9 @@ def test_report_names_the_bertscore_encoder_and_layer_and_the_rouge_setting():
 
 
 def test_tldr_config_uses_appendix_f_latent_dimensions():
-    from persalign.config import load_config
-
     from pathlib import Path
+
+    from persalign.core.config import load_config
 
     config = load_config(str(Path(__file__).resolve().parents[1] / "configs" / "tldr.yaml"))
     dims = {m.name: m.settings.get("latent_dim") for m in config.methods}

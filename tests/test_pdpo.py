@@ -3,11 +3,11 @@
 import pytest
 import torch
 
+from persalign.core.registry import METHODS
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
-from persalign.registry import METHODS
-from tests.method_settings import plain_settings
 from persalign.rewards.pdpo import dpo_loss
+from tests.method_settings import plain_settings
 from tests.test_conformance import opposite_pairs
 from tests.test_rewards_args import prompts_of
 
@@ -88,7 +88,7 @@ def test_pdpo_lora_training_changes_adapters_and_leaves_base_weights():
     # π_ref is the trained model with its adapter switched off = the untouched base model
     base = LoadedLM("base", tiny_llama(seed=1)[0], tokenizer, torch.device("cpu"))
     data = opposite_pairs(lm, {"A": ["a1"]}, 3, 2)
-    from persalign.scoring import response_logprobs
+    from persalign.engine.scoring import response_logprobs
 
     expected = torch.tensor([float(lp.sum()) for lp in response_logprobs(base, data.prompts, data.chosen)])
     assert torch.allclose(method.reference_logprobs(lm, data.prompts, data.chosen), expected, atol=1e-4)

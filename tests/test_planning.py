@@ -7,10 +7,10 @@ import re
 import numpy as np
 import pytest
 
-from persalign.config import load_config
-from persalign.model_checks import policy_config
-from persalign.planning import PlanOptions, design_of, plan_report, shape_from_config, stage_work
-from persalign.planning_power import components_from_rows, detectable, propose
+from persalign.core.config import load_config
+from persalign.models.checks import policy_config
+from persalign.planner.plan import PlanOptions, design_of, plan_report, shape_from_config, stage_work
+from persalign.planner.power import components_from_rows, detectable, propose
 from persalign.runner.run import run
 from tests.test_runner import TINY
 
@@ -23,7 +23,7 @@ def test_the_plan_states_the_runs_design_and_bounds_its_metered_work(tmp_path, c
     sys.path.insert(0, "benchmarks")
     from bench_floor import metered_flops
 
-    from persalign.model_checks import policy_config
+    from persalign.models.checks import policy_config
 
     config = load_config("demo-baselines", TINY_ARGS)
     design = design_of(config)
@@ -76,7 +76,7 @@ def test_more_users_or_queries_detect_less_and_proposals_fit_the_budget():
 def test_variance_components_are_unbiased_with_unequal_queries_per_user(between):
     """16 users with 1-4 queries each (issue #52): the n₀-corrected between-user variance is unbiased; the
     arithmetic mean of the counts (the estimator before) over-stated it by σ_w² · (mean(1/n) − 1/mean(n))."""
-    from persalign.planning_power import variance_components
+    from persalign.planner.power import variance_components
 
     rng, within, estimates, before = np.random.default_rng(1), 19.9, [], []
     for _ in range(4000):
@@ -92,7 +92,7 @@ def test_variance_components_are_unbiased_with_unequal_queries_per_user(between)
 
 
 def test_the_queries_per_user_of_a_design_are_their_harmonic_mean():
-    from persalign.planning_power import harmonic_queries
+    from persalign.planner.power import harmonic_queries
 
     assert harmonic_queries([1, 3]) == pytest.approx(1.5) and harmonic_queries([2, 2, 2]) == 2
     assert harmonic_queries([]) == 0.0 and harmonic_queries([0, 4]) == 4
@@ -142,7 +142,7 @@ def test_a_from_run_that_is_missing_empty_or_of_other_data_is_refused(tmp_path, 
 
 
 def test_the_rates_are_measured_once_said_while_measuring_and_read_back(cache_dir, capsys):
-    from persalign.planning import cached_rates
+    from persalign.planner.plan import cached_rates
 
     calls = []
     measure = lambda: calls.append(1) or {"gflop_per_s": {"decode": 1.0}}  # noqa: E731
@@ -164,7 +164,7 @@ def rates_file(path, entries: dict, device: str = "NVIDIA H200"):
 
 def test_measured_gpu_rates_are_read_at_the_nearest_model_and_interpolated_between_batch_sizes(tmp_path):
     """Issue #55: on an H200 the FLOP-peak column was 70–286× optimistic; the plan can use measured rates."""
-    from persalign.planning import gpu_rates_for
+    from persalign.planner.plan import gpu_rates_for
 
     path = rates_file(tmp_path / "r.json", {"small": (1e8, {1: 100.0, 16: 1600.0, 64: 3200.0}),
                                             "big": (7e9, {1: 5.0, 16: 5.0})})

@@ -3,8 +3,8 @@ interface, every mistake one line naming what is missing."""
 
 import pytest
 
-from persalign.errors import ConfigError
-from persalign.registry import METHODS
+from persalign.core.errors import ConfigError
+from persalign.core.registry import METHODS
 from tests.bad_input_helpers import cli_error
 from tests.test_runner import TINY
 
@@ -38,7 +38,7 @@ def test_a_plugin_class_is_found_by_path_and_cached_under_it():
 
 
 def test_every_installed_entry_point_is_checked_like_a_path(monkeypatch):
-    from persalign.registry import Registry
+    from persalign.core.registry import Registry
 
     class Point:
         name, value, group = "broken", "tests.plugin_cases:NotAMethod", "persalign.methods"

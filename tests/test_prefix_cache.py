@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from persalign.decoding import decode_from, greedy, prefill
+from persalign.engine.decoding import decode_from, greedy, prefill
+from persalign.engine.prefix_cache import PrefixCache, shared_prefix_lengths
+from persalign.engine.scoring import logprobs_from_prefill
 from persalign.models.tiny import tiny_llama
-from persalign.prefix_cache import PrefixCache, shared_prefix_lengths
 from persalign.runner.run import run
-from persalign.scoring import logprobs_from_prefill
 from tests.bad_input_helpers import QUIET
 from tests.test_runner import all_rows, tiny_config
 
@@ -117,10 +117,10 @@ def test_the_shared_block_is_counted_once_per_user_and_batches_keep_users_togeth
 
 @pytest.mark.needs_models
 def test_smollm2_icl_prompts_from_a_cached_demonstration_block_match_a_full_prefill():
+    from persalign.core.prompts import PromptFormatter
+    from persalign.core.records import UserItem
     from persalign.data.demo_authors import demo_records
     from persalign.models.loading import load_causal_lm
-    from persalign.prompts import PromptFormatter
-    from persalign.records import UserItem
 
     lm = load_causal_lm("smollm2-135m-instruct")
     formatter = PromptFormatter(lm.tokenizer, "headline")

@@ -5,13 +5,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from persalign.config import DataConfig, SplitConfig
+from persalign.core.config import DataConfig, SplitConfig
+from persalign.core.errors import DataError
+from persalign.core.registry import DATASETS
 from persalign.data.preflamp import build_pref_lamp, hard_negative_indices
 from persalign.data.split import make_split
 from persalign.data.writing import keep_active_users
-from persalign.errors import DataError
 from persalign.models.embedders import HashingBowEmbedder
-from persalign.registry import DATASETS
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +94,7 @@ def test_query_cap_drops_rather_than_moves(demo_dataset):
 
 
 def test_most_active_split_shape_like_tldr(demo_dataset):
-    from persalign.records import Comparison, PreferenceDataset
+    from persalign.core.records import Comparison, PreferenceDataset
 
     pairs = [Comparison(f"{u}-{i}", u, f"post {u}-{i}", "a", "b") for u, n in [("w1", 30), ("w2", 25), ("w3", 12), ("w4", 12),
                                                                     ("w5", 3)] for i in range(n)]

@@ -7,9 +7,9 @@ The full dry runs (every stage at 0.5B and 1.5B, per-stage memory at 3B and 7B) 
 import pytest
 import torch
 
-from persalign.model_checks import model_limits, policy_config, policy_tokenizer
+from persalign.core.registry import MODELS
+from persalign.models.checks import model_limits, policy_config, policy_tokenizer
 from persalign.models.qwen_shapes import qwen_config, qwen_tokenizer
-from persalign.registry import MODELS
 
 # parameter counts of the published checkpoints (Hugging Face model cards: 0.49B, 1.54B, 3.09B, 7.61B)
 PUBLISHED = {"0.5b": 0.494e9, "1.5b": 1.544e9, "3b": 3.086e9, "7b": 7.616e9}

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from persalign.config import load_config
+from persalign.core.config import load_config
 from persalign.runner.run import run
 from tests.golden import TINY_ALL_DEPLOYMENTS, assert_same, view
 
@@ -124,7 +124,7 @@ def test_driver_killed_then_rerun_resumes_without_duplicates(tmp_path):
     if ray.is_initialized():
         ray.shutdown()  # this test's drivers start their own Ray instances
     out = tmp_path / "ray"
-    command = [sys.executable, "-m", "persalign.cli", "run", "demo-baselines", "-o", str(out), "--backend", "ray",
+    command = [sys.executable, "-m", "persalign.cli.commands", "run", "demo-baselines", "-o", str(out), "--backend", "ray",
                *TINY_ALL_DEPLOYMENTS]
     env = {**os.environ, "PERSALIGN_CACHE": str(tmp_path / "cache")}
     driver = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -169,7 +169,7 @@ def test_a_task_that_fails_for_good_is_reported_and_every_other_cell_kept(ray_en
     """Issue #29: a method whose training fails (here a plugin with a bug, tests.plugin_cases:FailingMethod)
     fails its train task and the cells that need it, named one line each; every other cell is stored, and
     the error says that a re-run runs only what is missing."""
-    from persalign.errors import PersalignError
+    from persalign.core.errors import PersalignError
     from persalign.runner.ray_backend import RayOptions
     from persalign.runner.store import RunStore
 

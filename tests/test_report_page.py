@@ -11,7 +11,8 @@ import pytest
 
 from persalign.report import figures
 from persalign.report.html import build_html_report
-from persalign.runner.store import Cell, RunStore
+from persalign.runner.store import Cell
+from tests.stored_runs import run_of
 
 USERS = [f"u{i}" for i in range(1, 11)]
 # the demo's shape: label, deployment, ROUGE-1 level, counted GFLOPs per output (greedy = 4), shots
@@ -45,12 +46,7 @@ def _cell(store, index, label, name, level, gflops, shots):
 
 @pytest.fixture
 def demo_like(tmp_path):
-    store = RunStore(tmp_path / "run")
-    store.root.mkdir(parents=True)
-    (store.root / "config.yaml").write_text("name: fixture\ndata: {dataset: demo}\n")
-    for index, spec in enumerate(DEMO_LIKE):
-        _cell(store, index, *spec)
-    return store.root
+    return run_of(tmp_path / "run", DEMO_LIKE, _cell)
 
 
 def drawn_text_boxes(fig) -> list[tuple[str, object]]:

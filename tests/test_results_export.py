@@ -129,7 +129,7 @@ def test_wandb_project_on_the_command_line_logs_after_the_run(finished, tmp_path
 def test_wandb_project_without_wandb_installed_is_one_line(finished, monkeypatch):
     import sys
 
-    from persalign.errors import ConfigError
+    from persalign.core.errors import ConfigError
     from persalign.report.wandb_log import log_run
 
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb now raises ImportError

@@ -4,16 +4,16 @@ import numpy as np
 import pytest
 import torch
 
+from persalign.core.errors import ConfigError
+from persalign.core.prompts import PromptFormatter
+from persalign.core.registry import METHODS
 from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
-from persalign.decoding import decode, greedy
-from persalign.errors import ConfigError
+from persalign.engine.decoding import decode, greedy
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
-from persalign.prompts import PromptFormatter
-from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, pad_states
-from tests.method_settings import plain_settings
 from persalign.rewards.train import PairData
+from tests.method_settings import plain_settings
 
 
 def random_method(name, hidden, seed=0):
@@ -112,7 +112,7 @@ def test_rewards_do_not_depend_on_batch_size_padding_side_or_pad_eos(tiny_lm):
     batch1 = rewards(backbone._forward(prompts, responses, batch_size=1))
     np.testing.assert_allclose(batch8, batch1, atol=1e-4)
     # Left padding (as in generation) gives the same states as right padding (as in scoring).
-    from persalign.decoding import left_pad
+    from persalign.engine.decoding import left_pad
 
     ids, mask, pos = left_pad([p + r for p, r in zip(prompts, responses)], tiny_lm.tokenizer.pad_token_id, "cpu")
     with torch.no_grad():
@@ -140,8 +140,8 @@ def test_last_token_is_found_from_the_mask_not_the_pad_id(tiny_lm):
 
 
 def test_different_tokenizers_are_refused(tiny_lm):
-    from transformers import PreTrainedTokenizerFast
     from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
 
     other = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, unk_token="<unk>")),
                                     pad_token="<unk>")
@@ -225,7 +225,7 @@ def test_save_and_load_give_identical_rewards_without_pickle(tiny_lm, tmp_path, 
 def test_tree_forward_candidates_see_only_the_prefix_and_themselves(implementation):
     """Each candidate's state equals a separate teacher-forced forward of prefix + that candidate."""
     from persalign.decoders.args_decoding import tree_forward
-    from persalign.decoding import left_pad
+    from persalign.engine.decoding import left_pad
     from persalign.models.loading import decoder_stack
 
     model, tokenizer = tiny_llama(seed=3)

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import torch
 
-from persalign.config import RLConfig, load_config
-from persalign.cost import shape_of
+from persalign.core.config import RLConfig, load_config
+from persalign.core.prompts import PromptFormatter
 from persalign.decoders.rl_training import CountedReward, tune, tuned_model
-from persalign.prompts import PromptFormatter
+from persalign.engine.cost import shape_of
 from persalign.report.markdown import build_report
 from persalign.runner.run import run
 from persalign.runner.store import Cell

@@ -31,7 +31,7 @@ def test_a_second_run_on_a_locked_directory_is_refused_in_one_line(tmp_path, cap
 def test_two_processes_one_directory_one_refused_the_other_exact(tmp_path, cache_dir):
     """A real second process runs; the in-process run on the same folder is refused; its results are exact."""
     target = tmp_path / "shared"
-    child = subprocess.Popen([sys.executable, "-m", "persalign.cli", "run", "demo-baselines", "-o", str(target)] + TINY
+    child = subprocess.Popen([sys.executable, "-m", "persalign.cli.commands", "run", "demo-baselines", "-o", str(target)] + TINY
                              + ["seeds=[0]"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                              env={**os.environ, "PERSALIGN_CACHE": str(cache_dir)})
     deadline = time.time() + 120

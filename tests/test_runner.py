@@ -3,12 +3,11 @@
 import json
 
 import numpy as np
-
 import pytest
 
 from persalign import cli
-from persalign.config import load_config
-from persalign.errors import ConfigError
+from persalign.core.config import load_config
+from persalign.core.errors import ConfigError
 from persalign.report.markdown import build_report
 from persalign.runner import evaluate
 from persalign.runner.run import run
@@ -25,7 +24,7 @@ def tiny_config(*extra):
 
 
 def all_rows(store):
-    return {p.parent.relative_to(store.root).as_posix(): [json.loads(l) for l in p.read_text().splitlines()]
+    return {p.parent.relative_to(store.root).as_posix(): [json.loads(line) for line in p.read_text().splitlines()]
             for p in sorted(store.root.glob("cells/*/*/*/rows.jsonl"))}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from persalign.errors import ModelLoadError
+from persalign.core.errors import ModelLoadError
 from tests.golden import HOSTILE_FOLDER, assert_same, load_golden
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,7 @@ def test_another_matrix_product_kernel_moves_no_reported_number(tmp_path):
 
 
 def test_a_resume_on_another_machine_or_thread_count_says_so_in_one_line(tmp_path, cache_dir):
-    from persalign.config import load_config
+    from persalign.core.config import load_config
     from persalign.runner.run import run
 
     config = load_config("demo-baselines", [
@@ -86,7 +86,7 @@ def test_a_resume_on_another_machine_or_thread_count_says_so_in_one_line(tmp_pat
 def test_bertscore_under_a_folder_named_t5_with_a_space_and_an_accent_is_the_real_encoder(tmp_path):
     """bert-score's own loader builds a randomly initialised T5 encoder for any name containing "t5": on the
     code before #51 (41e66f0) this folder gave other scores (the demo's zero-shot BERTScore 61.69, not 54.13)."""
-    from persalign.config import MetricsConfig
+    from persalign.core.config import MetricsConfig
     from persalign.metrics.generation import BertScoreMetric
     from persalign.models.loading import resolve_model_path
 
@@ -102,7 +102,7 @@ def test_bertscore_under_a_folder_named_t5_with_a_space_and_an_accent_is_the_rea
 
 @pytest.mark.needs_models
 def test_a_checkpoint_that_does_not_fill_its_model_is_an_error_naming_the_weights(tmp_path):
-    from persalign.config import MetricsConfig
+    from persalign.core.config import MetricsConfig
     from persalign.metrics.generation import BertScoreMetric
     from persalign.models.embedders import TransformerEmbedder
     from persalign.models.loading import resolve_model_path

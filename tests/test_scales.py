@@ -8,10 +8,10 @@ policy of another tokenizer as unreadable text.
 
 import pytest
 
-from persalign.config import load_config
-from persalign.errors import ConfigError
+from persalign.core.config import load_config
+from persalign.core.errors import ConfigError
+from persalign.core.registry import MODELS
 from persalign.models.aliases import ModelAlias
-from persalign.registry import MODELS
 from persalign.runner.run import run
 from tests.test_runner import TINY
 

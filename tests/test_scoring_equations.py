@@ -5,12 +5,12 @@ import pytest
 import torch
 from torch import nn
 
-from persalign.registry import METHODS
-from persalign.rewards.backbone import RewardBackbone
+from persalign.core.registry import METHODS
 from persalign.decoders.args_lambda import policy_accuracy_curve
+from persalign.rewards.backbone import RewardBackbone
 from persalign.rewards.method import MethodSettings, RewardMethod
-from tests.method_settings import plain_settings
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
+from tests.method_settings import plain_settings
 from tests.test_rewards_args import prompts_of, toy_pairs
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from persalign.config import load_config
+from persalign.core.config import load_config
 from persalign.runner.run import run
 from persalign.runner.store import Cell, RunStore
 from tests.schema_records import _prism_turn, prism_survey

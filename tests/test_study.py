@@ -10,6 +10,7 @@ from scipy import stats
 from persalign.analysis.study import analyse
 from persalign.report.markdown import build_report
 from persalign.runner.store import Cell, RunStore
+from tests.stored_runs import empty_run
 
 USERS = ["u1", "u2", "u3", "u4"]
 ITEMS = {u: [f"{u}-{k}" for k in range(2)] for u in USERS}
@@ -29,9 +30,7 @@ def write_cell(store, label, kind, index, seed, per_user: dict[str, dict]):
 
 @pytest.fixture
 def stored_run(tmp_path):
-    store = RunStore(tmp_path / "run")
-    (store.root).mkdir(parents=True)
-    (store.root / "config.yaml").write_text("name: fixture\ndata: {dataset: demo}\n")
+    store = empty_run(tmp_path / "run")
     write_cell(store, "Zero-Shot", "zero_shot", 0, 0, {u: {"rouge1": 10.0, "policy_correct": 0.0} for u in USERS})
     write_cell(store, "ICL-RAG", "icl_rag", 1, 0, {u: {"rouge1": 20.0 + k, "policy_correct": 1.0}
                                                     for k, u in enumerate(USERS)})
@@ -93,7 +92,7 @@ def test_figure1_labels_of_near_equal_methods_never_overprint():
 
 
 def test_tiny_end_to_end_study_writes_reports_index_and_figures(tmp_path, cache_dir):
-    from persalign.study import run_study
+    from persalign.cli.study import run_study
     from tests.test_runner import TINY
 
     tiny = [o for o in TINY if not o.startswith(("seeds=", "split.max_query_per_user="))]  # --quick sets these

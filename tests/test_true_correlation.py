@@ -34,14 +34,20 @@ def simulated_rows(rng, methods: int, rho: float, reliability: float, users: int
     return x, y
 
 
-def coverage(statistic: str, methods: int, rho: float, reliability: float, repetitions: int, seed: int = 0):
-    """(share of printed intervals covering the true value, share of studies with an interval printed)."""
+def true_means_interval(x, y, statistic: str, repetition: int) -> dict:
+    return true_correlation(x, y, statistic, seed=repetition)
+
+
+def coverage(statistic: str, methods: int, rho: float, reliability: float, repetitions: int, seed: int = 0,
+             interval=true_means_interval):
+    """(share of printed intervals covering the true value, share of studies with an interval printed), of
+    `interval(x rows, y rows, statistic, repetition)` (default: persalign's true-means interval)."""
     rng = np.random.default_rng(seed)
     truth = float(population_scale(statistic, rho))
     covered = printed = 0
     for repetition in range(repetitions):
         x, y = simulated_rows(rng, methods, rho, reliability)
-        result = true_correlation(x, y, statistic, seed=repetition)
+        result = interval(x, y, statistic, repetition)
         if result["low"] is not None:
             printed += 1
             covered += result["low"] <= truth <= result["high"]

@@ -1,8 +1,8 @@
 """The verdict (issue #18): ranked deployments, costs, Pareto front and the sentence, on a stored fixture."""
 
 import base64
-import json
 import io
+import json
 import re
 from html.parser import HTMLParser
 
@@ -13,6 +13,7 @@ from persalign.report.html import build_html_report
 from persalign.report.markdown import build_report, results_frame
 from persalign.report.verdict import verdict_rows
 from persalign.runner.store import Cell, RunStore
+from tests.stored_runs import run_of
 
 USERS = [f"u{i}" for i in range(1, 9)]  # 8: the fewest users an interval is printed for
 # label, deployment name, ROUGE-1 per user offset, generation seconds, counted GFLOPs per output, adapt seconds
@@ -48,12 +49,7 @@ def write_cell(store, index, label, name, rouge, seconds, gflops, adapt):
 
 @pytest.fixture
 def stored_run(tmp_path):
-    store = RunStore(tmp_path / "run")
-    store.root.mkdir(parents=True)
-    (store.root / "config.yaml").write_text("name: fixture\ndata: {dataset: demo}\n")
-    for index, spec in enumerate(SPEC):
-        write_cell(store, index, *spec)
-    return store.root
+    return run_of(tmp_path / "run", SPEC, write_cell)
 
 
 def test_verdict_ranks_by_quality_with_costs_relative_to_greedy_and_the_pareto_front(stored_run):

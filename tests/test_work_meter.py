@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from persalign.cost import ModelShape, forward_flops, shape_of
-from persalign.work_meter import TRAINING_FACTOR, WorkMeter
+from persalign.engine.cost import ModelShape, forward_flops, shape_of
+from persalign.engine.work_meter import TRAINING_FACTOR, WorkMeter
 from tests.test_runner import tiny_config
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from persalign import cli
-from persalign.registry import METHODS
+from persalign.core.registry import METHODS
 
 # A run small enough for CPU tests: a tiny random Llama built in code, no downloads.
 TINY = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]", "generation.max_new_tokens=4",

@@ -51,7 +51,8 @@ def undefined_reason(x, y) -> str | None:
 
 
 def snap_ties(values, rtol: float = 1e-9) -> np.ndarray:
-    """Runs of sorted values each within `rtol` of the previous take the run's first value (float noise never breaks a tie)."""
+    """Runs of sorted values each within `rtol` of the previous take the run's first value (float noise never
+    breaks a tie)."""
     values = np.array(values, dtype=float)
     order = np.argsort(values, kind="stable")
     ordered = values[order]

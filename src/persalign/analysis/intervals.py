@@ -28,7 +28,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from persalign.user_needs import MIN_METHODS, MIN_USERS  # noqa: F401  (the sizes each interval is checked at)
+from persalign.core.user_needs import MIN_METHODS, MIN_USERS  # noqa: F401  (the sizes each interval is checked at)
 
 MEAN_PROCEDURE = "Hall's skewness-corrected t over users"
 DIFFERENCE_PROCEDURE = "union of Hall's and the t interval over users"

@@ -33,7 +33,7 @@ import numpy as np
 from scipy import stats
 
 from persalign.analysis.power import DEFAULT_GAP, detectable_difference, users_needed
-from persalign.user_needs import MIN_PAIRED_USERS
+from persalign.core.user_needs import MIN_PAIRED_USERS
 
 SPLITS, RESAMPLES = 20, 400
 MIN_USERS = MIN_PAIRED_USERS  # null false positives and coverage checked from here (tests/test_intervals.py)

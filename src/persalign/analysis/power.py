@@ -7,16 +7,16 @@ checks it against the procedure by simulation). The paired Δ vs greedy gets
 the union of Hall's skewness-corrected interval and the t interval, which costs
 power at few users, so its detectable difference is simulated for that interval
 (`mean_detectable_difference`);
-tests/test_intervals.py checks both find the stated difference 75-85 % of the time. A spread of 0 gives no power claim: a sample in
-which every user differs by the same amount says nothing about the spread of
-the users to come.
+tests/test_intervals.py checks both find the stated difference 75-85 % of the
+time. A spread of 0 gives no power claim: a sample in which every user differs by
+the same amount says nothing about the spread of the users to come.
 
     python -c "from persalign.analysis.power import detectable_difference as d; print(d(5.0, 13))"
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from scipy import optimize, stats
@@ -67,7 +67,7 @@ SIMULATED_USERS = 200  # above this Hall's correction vanishes and the noncentra
 DRAWS = 4000
 
 
-@lru_cache(maxsize=None)
+@cache
 def _hall_shortfall(users: int, power: float, alpha: float) -> float:
     """The detectable difference of the Δ interval (the union of Hall's and the t interval,
     intervals.difference_interval) per unit sd, simulated for normal per-user differences.

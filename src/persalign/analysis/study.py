@@ -245,7 +245,8 @@ def analyse_policy(policy: str, methods: list[MethodResult], seed: int = 0) -> P
                           [m for m in reward if m.switched_off],
                           correlation_table(bon, "rm_accuracy", "judge_win_rate") if bon else {},
                           correlation_table(bon, "rm_accuracy", "rm_score") if bon else {},
-                          {y: correlation_table(rl, "rm_accuracy", y) for y in ("rouge1", "judge_win_rate")} if rl else {})
+                          {y: correlation_table(rl, "rm_accuracy", y) for y in ("rouge1", "judge_win_rate")}
+                          if rl else {})
 
 
 def analyse(run_dir: str | Path, seed: int = 0) -> list[PolicyAnalysis]:

@@ -19,10 +19,10 @@ Finding 1 direction). With the per-user rows this noise is measured, not assumed
 
 No interval where a metric's true spread is estimated ≤ 0 or its reliability below MIN_RELIABILITY ("the
 methods differ by less than their measurement noise"), with the users that would reach it; none below
-MIN_NOISE_USERS users (the noise is then unmeasured) or MIN_TRUE_METHODS methods (coverage unmeasured). Coverage by simulation: tests/test_true_correlation.py,
-docs/design-notes.md.
+MIN_NOISE_USERS users (the noise is then unmeasured) or MIN_TRUE_METHODS methods (coverage unmeasured).
+Coverage by simulation: tests/test_true_correlation.py, docs/design-notes.md.
 
-    python -c "import numpy as np; from persalign.analysis.true_correlation import true_correlation; r=np.random.default_rng(0); m=r.normal(size=(8,1)); print(true_correlation(m+r.normal(size=(8,16)), m+r.normal(size=(8,16)), 'kendall'))"
+    pytest tests/test_true_correlation.py          # its coverage, simulated at the sizes users run
 """
 
 from __future__ import annotations

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from persalign.config import DataConfig, SplitConfig
+from persalign.core.config import DataConfig, SplitConfig
+from persalign.core.records import PreferenceDataset
+from persalign.core.registry import DATASETS
 from persalign.data.preflamp import build_pref_lamp, deduplicate
 from persalign.data.writing import UserWriting, keep_active_users
-from persalign.records import PreferenceDataset
-from persalign.registry import DATASETS
 
 
 def build_dataset(config: DataConfig, embedder_factory, split: SplitConfig) -> PreferenceDataset:

@@ -9,11 +9,11 @@ own records in the same schema.
 
 from __future__ import annotations
 
-from persalign.config import DataConfig
+from persalign.core.config import DataConfig
+from persalign.core.records import UserItem
+from persalign.core.registry import register_dataset
 from persalign.data.demo_authors import demo_records
 from persalign.data.writing import UserWriting, load_completions_jsonl
-from persalign.records import UserItem
-from persalign.registry import register_dataset
 
 
 @register_dataset("demo")

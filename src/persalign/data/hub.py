@@ -6,10 +6,11 @@ when used, and tests replace `datasets.load_dataset` with a local stand-in.
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
+from persalign.core.errors import DataError
 from persalign.data.jsonio import read_jsonl
-from persalign.errors import DataError
 
 
 def parse_hub_path(path: str) -> tuple[str, str | None, str]:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from persalign.errors import DataError
+from persalign.core.errors import DataError
 
 
 def existing_file(path: str | Path, what: str = "data file") -> Path:

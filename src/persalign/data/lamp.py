@@ -16,12 +16,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from persalign.config import DataConfig
+from persalign.core.config import DataConfig
+from persalign.core.errors import DataError
+from persalign.core.records import UserItem
+from persalign.core.registry import register_dataset
 from persalign.data.jsonio import UniqueIds, optional_text, read_json, record_id, require_text
 from persalign.data.writing import UserWriting
-from persalign.errors import DataError
-from persalign.records import UserItem
-from persalign.registry import register_dataset
 
 # task -> (prefix of the official question input, task template, profile input key)
 LAMP_TASKS = {

@@ -9,12 +9,12 @@ Read from the user's copy, e.g. ../shared/data/news_category_10k.jsonl.
 
 from __future__ import annotations
 
-from persalign.config import DataConfig
+from persalign.core.config import DataConfig
+from persalign.core.errors import DataError
+from persalign.core.records import UserItem
+from persalign.core.registry import register_dataset
 from persalign.data.jsonio import optional_text, read_jsonl, require_text
 from persalign.data.writing import UserWriting
-from persalign.errors import DataError
-from persalign.records import UserItem
-from persalign.registry import register_dataset
 
 
 @register_dataset("news_category")

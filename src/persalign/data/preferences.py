@@ -22,12 +22,12 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 
-from persalign.config import DataConfig
+from persalign.core.config import DataConfig
+from persalign.core.errors import DataError
+from persalign.core.records import Comparison, Completion, PreferenceDataset, UserItem
+from persalign.core.registry import register_dataset
 from persalign.data.hub import iter_records
 from persalign.data.jsonio import UniqueIds, record_id, require_text
-from persalign.errors import DataError
-from persalign.records import Comparison, Completion, PreferenceDataset, UserItem
-from persalign.registry import register_dataset
 
 
 def _need_path(config: DataConfig, what: str) -> str:

@@ -16,13 +16,12 @@ from collections import defaultdict
 
 import numpy as np
 
-from persalign.config import SplitConfig
+from persalign.core.config import SplitConfig
+from persalign.core.errors import DataError
+from persalign.core.files import warn
+from persalign.core.records import Comparison, Completion, PreferenceDataset, UserItem
 from persalign.data.split import UserSplit, make_split, split_signature
 from persalign.data.writing import UserWriting
-from persalign.errors import DataError
-from persalign.files import warn
-from persalign.records import Comparison, Completion, PreferenceDataset, UserItem
-
 
 BLOCK_ELEMENTS = 50_000_000  # similarities held at once (about 0.7 GB with their masks)
 PAIRS_PER_SECOND = 4.0e7  # measured: 1.17e9 item pairs in 25.8 s at 20,000 users (2 cores, 1024-dim embedder)
@@ -85,7 +84,8 @@ def top_k_stable(sims: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(columns, order, axis=1)
 
 
-def hard_negative_indices(embeddings: np.ndarray, users: list[str], top_k: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def hard_negative_indices(embeddings: np.ndarray, users: list[str], top_k: int,
+                          seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Negatives for every row from every other user's items (one pool)."""
     user_ids = np.unique(np.array(users), return_inverse=True)[1]
     if user_ids.max(initial=0) < 1:
@@ -182,6 +182,7 @@ def build_pref_lamp(writing: UserWriting, embedder, split_config: SplitConfig, t
     for item in writing.items:
         profiles[item.user].append(item)
     notes = dict(writing.notes)
-    notes.update(pairs=len(comparisons), negatives_top_k=top_k, negatives_split=split_signature(split_config), embedder=getattr(embedder, "key", "?"),
+    notes.update(pairs=len(comparisons), negatives_top_k=top_k, negatives_split=split_signature(split_config),
+                 embedder=getattr(embedder, "key", "?"),
                  negatives="train/held-out/support: train users' items; query: other adaptation users' query items")
     return PreferenceDataset(writing.name, writing.task, comparisons, completions, dict(profiles), notes)

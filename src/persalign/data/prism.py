@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections import defaultdict
 from pathlib import Path
 
-from persalign.config import DataConfig
+from persalign.core.config import DataConfig
+from persalign.core.errors import DataError
+from persalign.core.records import Comparison, PreferenceDataset
+from persalign.core.registry import register_dataset
 from persalign.data.hub import iter_records
-from persalign.errors import DataError
-from persalign.records import Comparison, PreferenceDataset
-from persalign.registry import register_dataset
 
 
 def _sources(path: str) -> tuple[str, str]:

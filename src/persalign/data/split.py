@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from persalign.config import SplitConfig
-from persalign.errors import DataError
-from persalign.records import PreferenceDataset
+from persalign.core.config import SplitConfig
+from persalign.core.errors import DataError
+from persalign.core.records import PreferenceDataset
 
 
 @dataclass
@@ -75,7 +75,8 @@ def group_keys(comparisons) -> dict[str, tuple]:
     return keys
 
 
-def _cut(ids: list[str], fraction: float, rng: np.random.Generator, groups: dict[str, tuple]) -> tuple[list[str], list[str]]:
+def _cut(ids: list[str], fraction: float, rng: np.random.Generator,
+         groups: dict[str, tuple]) -> tuple[list[str], list[str]]:
     """Split `ids` into (first, rest) by whole groups; `fraction` of the groups go first."""
     keys = sorted(set(groups[i] for i in ids), key=repr)
     shuffled = [keys[i] for i in rng.permutation(len(keys))]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from persalign.user_needs import needs_lines
-from persalign.config import RunConfig
+from persalign.core.config import RunConfig
+from persalign.core.user_needs import needs_lines
 from persalign.data.build import build_dataset
 from persalign.data.split import make_split
 from persalign.models.embedders import load_embedder
@@ -13,8 +13,8 @@ from persalign.models.embedders import load_embedder
 
 def prompts_cut_line(config: RunConfig, dataset, split, policy: str) -> str:
     """How many query prompts (zero-shot form) this policy's prompt budget cuts, before any run."""
-    from persalign.model_checks import model_limits, policy_tokenizer
-    from persalign.prompts import PromptFormatter, prompt_budget
+    from persalign.core.prompts import PromptFormatter, prompt_budget
+    from persalign.models.checks import model_limits, policy_tokenizer
 
     _, context = model_limits(policy, config.cache_dir)
     budget = prompt_budget(config.generation.max_prompt_tokens, config.generation.max_new_tokens,
@@ -28,7 +28,7 @@ def prompts_cut_line(config: RunConfig, dataset, split, policy: str) -> str:
 
 def task_lines(task) -> list[str]:
     """The instruction and labels every prompt carries (a named task shows its name too)."""
-    from persalign.prompts import task_template
+    from persalign.core.prompts import task_template
 
     template = task_template(task)
     name = f"{task} — " if isinstance(task, str) else ""
@@ -39,8 +39,8 @@ def task_lines(task) -> list[str]:
 
 def rendered_prompt_lines(config: RunConfig, dataset, split) -> list[str]:
     """One query's zero-shot prompt exactly as the first policy receives it (its chat template applied)."""
-    from persalign.model_checks import policy_tokenizer
-    from persalign.prompts import PromptFormatter
+    from persalign.core.prompts import PromptFormatter
+    from persalign.models.checks import policy_tokenizer
 
     query_ids = split.query_ids()
     if not query_ids:

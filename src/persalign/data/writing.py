@@ -12,11 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from persalign.config import DataConfig
+from persalign.core.config import DataConfig
+from persalign.core.errors import DataError
+from persalign.core.records import UserItem
+from persalign.core.registry import register_dataset
 from persalign.data.jsonio import UniqueIds, optional_text, read_jsonl, record_id, require_text
-from persalign.errors import DataError
-from persalign.records import UserItem
-from persalign.registry import register_dataset
 
 
 @dataclass

@@ -15,18 +15,17 @@ from __future__ import annotations
 import json
 import time
 
+from persalign.core.files import DamagedFileError, fields, read_json, set_aside, write_atomic
+from persalign.core.registry import register_decoder
 from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
 from persalign.decoders.args_lambda import choose_lambda
-from persalign.decoders.base import (
-    DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
-)
-from persalign.cost import args_work, greedy_work, reward_shapes, text_args_work
-from persalign.decoding import clean_generation, decode_from, greedy, prefill
-from persalign.files import DamagedFileError, fields, read_json, set_aside, write_atomic
+from persalign.decoders.base import (DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment,
+                                     pair_responses)
+from persalign.engine.cost import args_work, greedy_work, reward_shapes, text_args_work
+from persalign.engine.decoding import clean_generation, decode_from, greedy, prefill
+from persalign.engine.work_meter import shared_work
 from persalign.metrics.ranking import pair_outcome
-from persalign.registry import register_decoder
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd, whole_response_rewards
-from persalign.work_meter import shared_work
 
 
 def plain_prompts(formatter, examples: list) -> PreparedBatch:

@@ -37,16 +37,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from persalign.decoders.args_scorers import (  # noqa: F401  (RewardGuide, tree_forward: the public names)
-    RewardGuide,
-    make_scorer,
-    select_rows,
-    tree_forward,
-)
-from persalign.decoding import RowTracker, extend_mask, left_pad
-from persalign.errors import ConfigError
+from persalign.core.errors import ConfigError
+from persalign.decoders.args_scorers import RewardGuide, make_scorer, select_rows, tree_forward  # noqa: F401  (RewardGuide, tree_forward: the public names)
+from persalign.engine.decoding import RowTracker, extend_mask, left_pad
+from persalign.engine.work_meter import shared_work
 from persalign.rewards.base import PoolingState
-from persalign.work_meter import shared_work
 
 
 def check_same_tokenizer(policy_tokenizer, rm_tokenizer) -> None:

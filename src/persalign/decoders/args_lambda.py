@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from persalign.batching import plan_generation
 from persalign.decoders.args_decoding import RewardGuide, args_decode, args_decode_reusing_greedy
-from persalign.decoding import clean_generation
+from persalign.engine.batching import plan_generation
+from persalign.engine.decoding import clean_generation
 from persalign.metrics.ranking import outcomes
 from persalign.rewards.policy_scoring import logprob_sums, reward_sums, s_rgd
 from persalign.rewards.train import PairData, pair_data
@@ -162,7 +162,8 @@ def inverse_perplexity(policy, prompts: list[list[int]], texts: list[str], gener
 
 
 def harmonic_curve(ctx, val: PairData, references: list[str], accuracy, decoded: dict) -> dict:
-    """ROUGE-1, inverse perplexity and their harmonic mean with accuracy of the validation outputs `decoded` at each λ."""
+    """ROUGE-1, inverse perplexity and their harmonic mean with accuracy of the validation outputs `decoded` at
+    each λ."""
     config, policy = ctx.run.config, ctx.policy
     out = {"rouge1": [], "inverse_perplexity": [], "harmonic": []}
     for lam, acc in zip(config.args.lambdas, accuracy):

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
-from persalign.errors import ConfigError
+from persalign.core.errors import ConfigError
+from persalign.engine.work_meter import shared_work
 from persalign.models.loading import decoder_stack
-from persalign.work_meter import shared_work
 
 
 @dataclass

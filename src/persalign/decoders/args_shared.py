@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from persalign.decoders.args_scorers import policy_prefill, tree_forward
-from persalign.decoding import RowTracker, extend_mask, left_pad
+from persalign.engine.decoding import RowTracker, extend_mask, left_pad
 from persalign.metrics.ranking import TIE_TOLERANCE
 from persalign.models.loading import decoder_stack
 from persalign.rewards.base import PoolingState

@@ -18,9 +18,9 @@ from typing import Protocol
 
 import numpy as np
 
+from persalign.core.records import PreferenceDataset, UserItem
+from persalign.core.registry import DECODERS
 from persalign.data.split import UserSplit
-from persalign.records import PreferenceDataset, UserItem
-from persalign.registry import DECODERS
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,13 @@ the cells alone support the RM-accuracy vs Best-of-N correlation.
 
 from __future__ import annotations
 
-from persalign.cost import best_of_n_work, reward_shapes
+from persalign.core.registry import register_decoder
 from persalign.decoders.args import plain_prompts
-from persalign.decoders.base import (
-    DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
-)
+from persalign.decoders.base import (DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment,
+                                     pair_responses)
 from persalign.decoders.best_of_n_samples import nested_best
+from persalign.engine.cost import best_of_n_work, reward_shapes
 from persalign.metrics.ranking import user_macro_mean
-from persalign.registry import register_decoder
 from persalign.rewards.policy_scoring import whole_response_rewards
 
 
@@ -95,7 +94,8 @@ class BestOfN(TrainedDeployment):
 
     def summary_line(self, metrics: dict) -> str:
         curves = metrics.get("settings", {}).get("curves", {})
-        parts = [f"{c}: " + ", ".join(f"N={k} {v:.2f}" for k, v in curve.items()) for c, curve in curves.items() if curve]
+        parts = [f"{c}: " + ", ".join(f"N={k} {v:.2f}" for k, v in curve.items())
+                 for c, curve in curves.items() if curve]
         return f"RM acc {metrics['rm_accuracy']:.2f}, " + ("; ".join(parts) if parts else "-")
 
 

@@ -13,7 +13,7 @@ items (`draws`: the run's examples in data order, FIXED_GROUP at a time), never
 in the evaluator's batches: a sampled text then depends on neither the batch
 size nor how a cell is batched (the token budget, another deployment's prompts).
 
-    python -c "from persalign.decoders.best_of_n_samples import nested_best; print(nested_best([[0.1, 0.9, 0.3, 0.5]], [1, 2, 4]))"
+    python -c "from persalign.decoders.best_of_n_samples import nested_best as b; print(b([[.1, .9, .3]], [1, 2]))"
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from persalign.decoding import clean_generation, decode
-from persalign.files import set_aside, short, write_atomic
+from persalign.core.files import set_aside, short, write_atomic
+from persalign.engine.decoding import clean_generation, decode
+from persalign.engine.work_meter import shared_work
 from persalign.metrics.generation import score_generations
-from persalign.work_meter import shared_work
 
 
 def sampler(seed: int, keys: list[str], temperature: float = 1.0):

@@ -8,7 +8,7 @@
 
 The prompt prefix a user's prompts share (the instruction and, with per-user demos,
 the whole demonstration block) is prefilled once per user and its KV cache reused
-for each of that user's queries (persalign.prefix_cache), for generation and for
+for each of that user's queries (persalign.engine.prefix_cache), for generation and for
 s_ICL alike; the cell's batches hold one user's queries together for that.
 
 Policy accuracy uses s_ICL (Eq. 7): the mean log-likelihood with the demos.
@@ -22,12 +22,12 @@ from collections import Counter
 
 import numpy as np
 
+from persalign.core.errors import ConfigError
+from persalign.core.records import UserItem
+from persalign.core.registry import register_decoder
 from persalign.decoders.base import DeploymentProperties, PreparedBatch, example_rng
 from persalign.decoders.prompted import PromptedDeployment
-from persalign.errors import ConfigError
-from persalign.prefix_cache import PrefixCache, shared_prefix_lengths
-from persalign.records import UserItem
-from persalign.registry import register_decoder
+from persalign.engine.prefix_cache import PrefixCache, shared_prefix_lengths
 
 
 class _ShotsDecoder(PromptedDeployment):

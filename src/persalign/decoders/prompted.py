@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from persalign.cost import greedy_work
+from persalign.core.errors import ConfigError
+from persalign.core.records import UserItem
 from persalign.decoders.base import DeploymentBase, Generated, PairScores, PreparedBatch, pair_responses
-from persalign.decoding import clean_generation, decode_from, greedy, prefill
-from persalign.errors import ConfigError
-from persalign.records import UserItem
-from persalign.scoring import logprobs_from_prefill, mean_logprob
+from persalign.engine.cost import greedy_work
+from persalign.engine.decoding import clean_generation, decode_from, greedy, prefill
+from persalign.engine.scoring import logprobs_from_prefill, mean_logprob
 
 
 class PromptedDeployment(DeploymentBase):

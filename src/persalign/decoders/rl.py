@@ -22,17 +22,16 @@ import time
 import numpy as np
 from safetensors.torch import save_file
 
-from persalign.cost import greedy_work, reward_shapes
+from persalign.core.files import DamagedFileError, read_tensors, set_aside, short, write_atomic
+from persalign.core.registry import register_decoder
 from persalign.decoders.args import add_own_rm_win_rate, plain_prompts
-from persalign.decoders.base import (
-    DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
-)
+from persalign.decoders.base import (DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment,
+                                     pair_responses)
 from persalign.decoders.rl_training import CountedReward, adapter_mismatch, adapter_shapes, tune, tuned_model
-from persalign.decoding import clean_generation, decode_from, greedy, prefill
-from persalign.files import DamagedFileError, read_tensors, set_aside, short, write_atomic
-from persalign.registry import register_decoder
+from persalign.engine.cost import greedy_work, reward_shapes
+from persalign.engine.decoding import clean_generation, decode_from, greedy, prefill
+from persalign.engine.scoring import logprobs_from_prefill, mean_logprob
 from persalign.rewards.policy_scoring import whole_response_rewards
-from persalign.scoring import logprobs_from_prefill, mean_logprob
 
 EVERY_USER = "every-user"  # the one adapter of a global reward model
 
@@ -56,7 +55,7 @@ class RLDeployment(TrainedDeployment):
         self.options, self.lm = ctx.run.config.rl, ctx.policy.lm
         self.tunings: dict = {}
         self.merged: tuple[str, object] | None = None  # the adapter merged last (batches keep a user together)
-        self.expected: dict | None = None  # name -> shape of this policy's adapter tensors (read back files are checked)
+        self.expected: dict | None = None  # name -> shape of this policy's adapter tensors (files read back: checked)
 
     def adapter_of(self, user: str) -> str:
         return user if self.trained.method.personalized else EVERY_USER
@@ -98,7 +97,8 @@ class RLDeployment(TrainedDeployment):
                 self.expected = self.expected or adapter_shapes(self.lm, self.options)
                 problem = adapter_mismatch(state, self.expected)
         except (OSError, UnicodeDecodeError, ValueError, DamagedFileError) as error:
-            problem = error.problem if isinstance(error, DamagedFileError) else f"{type(error).__name__}: {short(error)}"
+            damaged = isinstance(error, DamagedFileError)
+            problem = error.problem if damaged else f"{type(error).__name__}: {short(error)}"
         if problem is None:
             return {**info, "state": state}
         set_aside(weights, problem, "the adapter is tuned again")

@@ -7,7 +7,7 @@ and raises the log-probability of each completion in proportion to its reward's 
 (no value model; with TRL's default β = 0, no reference model either). The reward is the method's R(x, y)
 for the adapter's user (`whole_response_rewards`, the score Best-of-N ranks by).
 
-Counted work (persalign.cost) of one tuning, from the completions the reward function sees: each one's
+Counted work (persalign.engine.cost) of one tuning, from the completions the reward function sees: each one's
 sampling (its prompt's prefill and one decode step per token), its forward and backward through the policy
 (3 × a forward over prompt + completion) and the reward model's read of it (a forward of the RM backbone).
 
@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from persalign.cost import ModelShape, forward_flops, greedy_work
-from persalign.decoding import clean_generation
+from persalign.engine.cost import ModelShape, forward_flops, greedy_work
+from persalign.engine.decoding import clean_generation
 
 TRAINING_FACTOR = 3.0  # forward + backward
 

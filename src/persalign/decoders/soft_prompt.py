@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from persalign.core.registry import register_decoder
 from persalign.decoders.args import plain_prompts
-from persalign.decoders.base import (
-    DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment, pair_responses,
-)
-from persalign.decoding import clean_generation
-from persalign.cost import greedy_work, shape_of
-from persalign.registry import register_decoder
+from persalign.decoders.base import (DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment,
+                                     pair_responses)
+from persalign.engine.cost import greedy_work, shape_of
+from persalign.engine.decoding import clean_generation
 
 
 @register_decoder("soft_prompt")

@@ -8,9 +8,9 @@ reference every gain and win rate is measured against.
 
 from __future__ import annotations
 
+from persalign.core.registry import register_decoder
 from persalign.decoders.base import DeploymentProperties
 from persalign.decoders.prompted import PromptedDeployment
-from persalign.registry import register_decoder
 
 
 @register_decoder("zero_shot")

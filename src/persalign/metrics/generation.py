@@ -12,9 +12,9 @@ Per-example scores are stored in each result row; summaries average them.
 
 from __future__ import annotations
 
-from persalign.config import MetricsConfig
-from persalign.errors import ConfigError
-from persalign.registry import register_metric
+from persalign.core.config import MetricsConfig
+from persalign.core.errors import ConfigError
+from persalign.core.registry import register_metric
 
 
 def score_generations(metrics: list, generations: list[str], references: list[str]) -> list[dict[str, float]]:

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 Generator = Callable[[list[str]], list[str]]
 ANSWER = re.compile(r"^\W*(?:response\s+)?(A|B|tie)\b", re.IGNORECASE)
@@ -127,7 +127,7 @@ class LMJudge:
         return list(tokenizer(prompt + "\nAnswer:")["input_ids"])
 
     def __call__(self, prompts: list[str]) -> list[str]:
-        from persalign.decoding import clean_generation, decode, greedy
+        from persalign.engine.decoding import clean_generation, decode, greedy
 
         ids = [self._ids(p) for p in prompts]
         answers = decode(self.lm, ids, greedy, self.max_new_tokens)
@@ -156,7 +156,7 @@ def endpoint_judge(base_url: str, model: str, api_key: str = "none", max_tokens:
     The endpoint is asked for its models first: one that cannot be reached — or does not answer within
     `timeout_s`, `retries` times more — is refused in one line before any cell is judged (the client's own
     default waited 600 s × 3)."""
-    from persalign.errors import ConfigError
+    from persalign.core.errors import ConfigError
 
     try:
         import httpx

@@ -22,7 +22,6 @@ from collections import defaultdict
 
 import numpy as np
 
-
 TIE_TOLERANCE = 1e-4
 
 

@@ -17,12 +17,12 @@ import importlib.util
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
-from persalign.errors import ModelLoadError
-from persalign.registry import register_model_alias
+from persalign.core.errors import ModelLoadError
+from persalign.core.registry import register_model_alias
 
 SMOLLM_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from persalign.errors import ConfigError
+from persalign.core.errors import ConfigError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -20,11 +20,11 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from persalign.errors import ModelLoadError
-from persalign.files import set_aside, short
+from persalign.core.errors import ModelLoadError
+from persalign.core.files import set_aside, short
+from persalign.core.registry import EMBEDDERS, MODELS, register_embedder
 from persalign.models.aliases import default_cache_dir
 from persalign.models.numerics import kernel_tag
-from persalign.registry import EMBEDDERS, MODELS, register_embedder
 
 
 def _text_hash(text: str) -> str:
@@ -72,8 +72,8 @@ class TransformerEmbedder:
         for start in tqdm(starts, desc=f"embedding with {self.name}", unit="batch", leave=False,
                           disable=True if len(starts) < 8 else None):
             batch = self.tokenizer(
-                texts[start : start + self.batch_size], padding=True, truncation=True, max_length=256, return_tensors="pt"
-            ).to(self.device)
+                texts[start : start + self.batch_size], padding=True, truncation=True, max_length=256,
+                return_tensors="pt").to(self.device)
             hidden = self.model(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)

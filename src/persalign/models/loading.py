@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import torch
 
-from persalign.errors import ModelLoadError
+from persalign.core.errors import ModelLoadError
+from persalign.core.registry import MODELS
 from persalign.models.aliases import default_cache_dir
 from persalign.models.device import resolve_device, resolve_dtype
-from persalign.registry import MODELS
 
 
 @dataclass

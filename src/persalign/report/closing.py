@@ -52,7 +52,8 @@ def sample_generations(store: RunStore, frame: pd.DataFrame, order: list[str]) -
         for item in ids:
             first = next(iter(written.values()))[item]
             parts += ["", f"**{item}** ({first.get('user')}): {_clip(first.get('prompt'))}", "",
-                      "| Deployment | Output |", "|---|---|", f"| *the user's own text* | {_clip(first.get('reference'))} |"]
+                      "| Deployment | Output |", "|---|---|",
+                      f"| *the user's own text* | {_clip(first.get('reference'))} |"]
             parts += [f"| {label} | {_clip(r[item].get('generation'))} |" for label, r in written.items()]
     return parts
 

@@ -11,7 +11,7 @@ wrote carry provenance.json; a hand-made folder without it has no plan to compar
 
 from __future__ import annotations
 
-from persalign.errors import PersalignError
+from persalign.core.errors import PersalignError
 from persalign.runner.store import RunStore
 
 
@@ -20,7 +20,8 @@ def absent_cells(store: RunStore, finished: set[tuple]) -> list[str]:
     keys (empty: complete)."""
     if not (store.root / "provenance.json").exists():
         return []
-    from persalign.config import RunConfig, from_dict
+    from persalign.core.config import RunConfig
+    from persalign.core.typed_yaml import from_dict
     from persalign.runner.plan import plan
 
     try:

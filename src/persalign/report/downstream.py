@@ -12,7 +12,8 @@
 from __future__ import annotations
 
 from persalign.analysis.study import PolicyAnalysis
-from persalign.report.study_sections import SYMBOLS, _table, correlation_cell, with_ci
+from persalign.report.cell_text import SYMBOLS, correlation_cell, with_ci
+from persalign.report.study_sections import _table
 
 COLUMNS = (("judge_win_rate", "Judged win % vs zero-shot"), ("judge_user_win_rate", "Judged win % vs user's text"),
            ("judge_rouge_agreement", "Agrees with ROUGE-1 %"), ("judge_position_bias", "Position bias %"),

@@ -12,10 +12,14 @@ import html
 from pathlib import Path
 
 from persalign.analysis.study import analyse
+from persalign.core.files import write_atomic
 from persalign.report.figures import (  # noqa: F401  (_label_points: tests use it from here)
-    _label_points, figure_generation, figure_quality_vs_cost, figure_rm_vs_policy, figure_shots,
+    _label_points,
+    figure_generation,
+    figure_quality_vs_cost,
+    figure_rm_vs_policy,
+    figure_shots,
 )
-from persalign.files import write_atomic
 from persalign.report.markdown import build_report, results_frame
 from persalign.runner.store import RunStore
 
@@ -46,7 +50,8 @@ def build_html_report(run_dir: str | Path) -> Path:
         image = f'<h2>{title}</h2>\n<img alt="{title}" src="data:image/png;base64,{pareto}">\n'
         at = body.find("<h2>Policy:")
         body = body[:at] + image + body[at:] if at >= 0 else body + "\n" + image
-    images = "".join(f'\n<h2>{html.escape(title)}</h2>\n<img alt="{html.escape(title)}" src="data:image/png;base64,{png}">\n'
+    images = "".join(f'\n<h2>{html.escape(title)}</h2>\n'
+                     f'<img alt="{html.escape(title)}" src="data:image/png;base64,{png}">\n'
                      for title, png in figures if png)
     at = min((i for i in (body.find("<h2>Sample generations"), body.find("<h2>What next")) if i >= 0), default=-1)
     body = body[:at] + images + body[at:] if at >= 0 else body + images  # the page ends with what to do next

@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 
 from persalign.analysis.study import analyse, display_labels
+from persalign.core.files import escape_controls, write_atomic
 from persalign.decoders.base import properties_of
-from persalign.files import escape_controls, write_atomic
 from persalign.report.closing import sample_generations, what_next
-from persalign.report.results import write_results
 from persalign.report.downstream import downstream_sections
+from persalign.report.results import write_results
 from persalign.report.study_sections import study_sections
 from persalign.report.verdict import verdict_section
 from persalign.runner.store import RunStore

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from persalign.analysis.study import analyse
-from persalign.files import read_json, write_atomic
+from persalign.core.files import read_json, write_atomic
 from persalign.report.completeness import absent_cells
 from persalign.runner.store import Cell, RunStore
 

@@ -12,47 +12,11 @@ cell says why.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 
-from persalign.analysis.intervals import why_none
 from persalign.analysis.study import GENERATION_METRICS, PolicyAnalysis
-
-SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
-
-
-def with_ci(ci: dict | None, digits: int = 2) -> str:
-    if not ci or ci.get("mean") is None or math.isnan(ci["mean"]):
-        return "-"
-    if ci.get("low") is None:
-        return f"{ci['mean']:.{digits}f} (no interval: {why_none(ci)})"
-    return f"{ci['mean']:.{digits}f} [{ci['low']:.{digits}f}, {ci['high']:.{digits}f}]"
-
-
-def correlation_cell(result: dict | None) -> str:
-    if result is None:
-        return "n/a (no methods with both metrics)"
-    point = result["point"]
-    if point.value is None:
-        return f"n/a ({point.reason})"
-    interval = "(no interval)" if result["low"] is None else f"[{result['low']:+.2f}, {result['high']:+.2f}]"
-    return f"observed {point.value:+.2f} {interval} (n={point.n}); {true_means_text(result.get('true'))}"
-
-
-def true_means_text(true: dict | None) -> str:
-    """The correlation of the methods' true means, or why none can be stated (analysis/true_correlation.py)."""
-    if not true:
-        return "true means: not estimated"
-    reliability = true.get("reliability")
-    rel = f"reliability {reliability['x']:.2f} / {reliability['y']:.2f}" if reliability else ""
-    if true["low"] is None and true.get("reliability") is None:  # too few users or methods to measure the noise
-        return f"true means: no interval ({true['reason']})"
-    if true["low"] is None:
-        users = f"; ≈ {true['users_needed']} users would make it estimable" if true.get("users_needed") else ""
-        return f"true means: too noisy to tell ({true['reason']}{users})"
-    return f"true means: {true['point']:+.2f} [{true['low']:+.2f}, {true['high']:+.2f}] ({rel})"
-
+from persalign.report.cell_text import SYMBOLS, correlation_cell, curve_cell, true_means_text, with_ci
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -68,8 +32,8 @@ def table2(analyses: list[PolicyAnalysis]) -> str:
     header = ["Method", "RM Acc"] + [f"Policy Acc ({a.policy})" for a in analyses]
     rows = []
     for label in _reward_labels(analyses):
-        rm = next((a.cis.get(label, {}).get("rm_accuracy") for a in analyses if a.cis.get(label, {}).get("rm_accuracy")),
-                  None)
+        rm = next((a.cis.get(label, {}).get("rm_accuracy") for a in analyses
+                   if a.cis.get(label, {}).get("rm_accuracy")), None)
         rows.append([label, with_ci(rm)] + [with_ci(a.cis.get(label, {}).get("policy_accuracy")) for a in analyses])
     for statistic, symbol in SYMBOLS.items():
         rows.append([symbol, "-"] + [correlation_cell(a.rm_vs_policy.get(statistic)) for a in analyses])
@@ -98,7 +62,8 @@ def table5(analyses: list[PolicyAnalysis]) -> str:
         row = [label]
         for a in analyses:
             cis = a.cis.get(label, {})
-            row += [with_ci(cis.get("win_rate"), 1), with_ci(cis.get("rouge1_gain")), with_ci(cis.get("true_win_rate"), 1)]
+            row += [with_ci(cis.get("win_rate"), 1), with_ci(cis.get("rouge1_gain")),
+                    with_ci(cis.get("true_win_rate"), 1)]
         rows.append(row)
     for statistic, symbol in SYMBOLS.items():
         row = [f"{symbol} (win rate, gain)"]
@@ -144,7 +109,8 @@ def interval_text(diff: dict, unit: str = "") -> str:
 def power_text(diff: dict, title: str = "ROUGE-1") -> str:
     """The smallest difference these users detect (80 % power) and the users a `gap`-point gap needs."""
     if not np.isfinite(diff.get("detectable", float("nan"))):
-        return f"with {diff['users']} users no detectable difference can be stated ({diff.get('reason') or 'no spread'})"
+        return (f"with {diff['users']} users no detectable difference can be stated "
+                f"({diff.get('reason') or 'no spread'})")
     needed = diff.get("users_needed")
     need = (f"a {diff['gap']:g}-point gap needs ≈ {needed} users" if needed else
             f"no number of users detects a {diff['gap']:g}-point gap at this spread")
@@ -223,7 +189,8 @@ def findings(analyses: list[PolicyAnalysis]) -> list[str]:
                 if diff:
                     icl, reward = winners(diff)
                     out.append(f"{a.policy}: best ICL variant ({icl}) − best reward method ({reward}), {title}, "
-                               f"cross-fitted (the gap between the winners a half of the users picks): {interval_text(diff)}; {_interval_words(diff['low'], diff['high'])}; "
+                               "cross-fitted (the gap between the winners a half of the users picks): "
+                               f"{interval_text(diff)}; {_interval_words(diff['low'], diff['high'])}; "
                                f"{power_text(diff, title)}.")
         wins = [(m.label, m.mean("win_rate"), m.mean("rouge1_gain")) for m in a.methods  # λ = 0 writes greedy's text
                 if m.decodes_with_learnt_part and m.user_means.get("win_rate") and not m.switched_off]
@@ -246,10 +213,8 @@ def best_of_n_table(analysis: PolicyAnalysis, curves: dict[str, dict]) -> str:
     rows = []
     for m in methods:
         curve = curves.get(m.label, {})
-        cell = lambda name, n: (f"{curve[name][str(n)]:.2f}" if str(n) in curve.get(name, {})  # noqa: E731
-                                and curve[name][str(n)] == curve[name][str(n)] else "-")
         rows.append([m.label, with_ci(analysis.cis.get(m.label, {}).get("rm_accuracy"))]
-                    + [cell(name, n) for name, _ in shown for n in ns])
+                    + [curve_cell(curve, name, n) for name, _ in shown for n in ns])
     # every method's N = 1 output is the same shared sample: the gain is ROUGE-1 @N_max less one constant per
     # user, the same statistic as ROUGE-1 @N_max; one row says both
     same = same_correlations(analysis.bon_quality, analysis.bon_gain)

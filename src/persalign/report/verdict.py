@@ -5,7 +5,7 @@ text and its policy accuracy (95% intervals over adaptation users,
 analysis/intervals.py), its paired ROUGE-1 difference from greedy (zero-shot)
 with the smallest difference these users could detect (80% power), and what it
 costs, COUNTED
-(persalign/cost.py): generation FLOPs per output ÷ greedy's, and adaptation
+(persalign/engine/cost.py): generation FLOPs per output ÷ greedy's, and adaptation
 FLOPs per new user, with measured seconds beside them. Counted costs are a
 property of the method (two deployments writing the same outputs the same way
 cost the same, whatever ran first or beside them); seconds are not. The
@@ -29,7 +29,8 @@ from persalign.analysis.intervals import PERCENT, difference_bounds, difference_
 from persalign.analysis.multiplicity import difference_p_value, holm, leader_versus_runner_up
 from persalign.analysis.power import mean_detectable_difference
 from persalign.analysis.study import SWITCHED_OFF, PolicyAnalysis
-from persalign.report.study_sections import interval_text, power_text, winners, with_ci
+from persalign.report.cell_text import with_ci
+from persalign.report.study_sections import interval_text, power_text, winners
 from persalign.runner.store import RunStore
 
 
@@ -67,7 +68,8 @@ def _adaptation(cells: pd.DataFrame) -> dict | None:
     seconds = [log["adapt_s"] / max(1, int(users)) for log, users in zip(logs, cells["users"]) if "adapt_s" in log]
     if not counted and not seconds:
         return None
-    return {"flops": float(np.mean(counted)) if counted else None, "seconds": float(np.mean(seconds)) if seconds else None}
+    return {"flops": float(np.mean(counted)) if counted else None,
+            "seconds": float(np.mean(seconds)) if seconds else None}
 
 
 def _versus_greedy(method, reference) -> dict | None:
@@ -148,7 +150,8 @@ def verdict_table(rows: list[VerdictRow]) -> str:
         cost = "-" if r.relative_cost is None else f"{r.relative_cost:.2f}×"
         seconds = "-" if r.seconds_per_output is None else f"{r.seconds_per_output:.3f}"
         lines.append(f"| {rank} | {r.label} | {with_ci(r.quality)} | {_versus(r.versus_greedy, r.switched_off)} | "
-                     f"{with_ci(r.policy_accuracy)} | {_adapt(r.adapt)} | {cost} | {seconds} | {'★' if r.pareto else ''} |")
+                     f"{with_ci(r.policy_accuracy)} | {_adapt(r.adapt)} | {cost} | {seconds} | "
+                     f"{'★' if r.pareto else ''} |")
     return "\n".join(lines)
 
 
@@ -176,11 +179,13 @@ def leader_text(rows: list[VerdictRow], analysis: PolicyAnalysis) -> str:
     if d is None or d.get("identical"):
         return f"{top.label} and {second.label} write alike, closest to their own text"
     if d["low"] is None:
-        return f"{top.label} has the highest ROUGE-1 (ahead of {second.label} by {d['mean']:+.2f}; no interval: {why_none(d)})"
+        return (f"{top.label} has the highest ROUGE-1 (ahead of {second.label} by {d['mean']:+.2f}; "
+                f"no interval: {why_none(d)})")
     interval = f"{d['mean']:+.2f} ROUGE-1 [{d['low']:+.2f}, {d['high']:+.2f}]"
     if d["low"] > 0:
         return f"{top.label} writes closest to their own text (ahead of {second.label} by {interval})"
-    return f"{top.label} ties with {second.label} for closest to their own text ({top.label} − {second.label}: {interval})"
+    return (f"{top.label} ties with {second.label} for closest to their own text "
+            f"({top.label} − {second.label}: {interval})")
 
 
 def verdict_sentence(rows: list[VerdictRow], analysis: PolicyAnalysis) -> str:
@@ -222,8 +227,9 @@ def verdict_section(store: RunStore, frame: pd.DataFrame, analyses: list[PolicyA
                   "the paired ROUGE-1 difference from zero-shot on the same users (the union of Hall's and the t "
                   f"interval), in brackets the smallest difference these users detect with 80% power (α = 0.05) and "
                   f"the p-value Holm-adjusted across the table's {tested} Δ intervals (a Δ whose Holm p < 0.05 is "
-                  "non-zero with the whole table counted; the intervals themselves are each 95%). Costs are COUNTED work, "
-                  "not seconds (persalign/cost.py): generation FLOPs per output (prompt prefill, decode steps, "
+                  "non-zero with the whole table counted; the intervals themselves are each 95%). "
+                  "Costs are COUNTED work, "
+                  "not seconds (persalign/engine/cost.py): generation FLOPs per output (prompt prefill, decode steps, "
                   "ARGS's k candidate tokens per step, Best-of-N's N samples and the RM reading them) ÷ "
                   "zero-shot's; adaptation FLOPs per new user (6 · parameters per trained token, plus the "
                   "support-feature pass). Measured seconds stand beside them (support features computed before "

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from persalign.errors import ConfigError
+from persalign.core.errors import ConfigError
 from persalign.report.results import build_results
 
 

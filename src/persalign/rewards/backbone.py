@@ -20,17 +20,16 @@ import time
 from pathlib import Path
 
 import torch
-from tqdm.auto import tqdm
 from safetensors.torch import save_file
+from tqdm.auto import tqdm
 
-from persalign.batching import default_budget, plan_batches
-from persalign.decoding import Prefill, left_pad
-from persalign.files import DamagedFileError, read_tensors, set_aside
+from persalign.core.files import DamagedFileError, read_tensors, set_aside
+from persalign.engine.batching import default_budget, plan_batches
+from persalign.engine.decoding import Prefill, left_pad
+from persalign.engine.scoring import continue_from_prefill, right_pad
+from persalign.engine.work_meter import shared_work
 from persalign.models.loading import decoder_stack
 from persalign.models.numerics import kernel_tag
-from persalign.scoring import continue_from_prefill, right_pad
-from persalign.work_meter import shared_work
-
 
 FEATURE_PASS = "unpadded"  # names the cache folder; change it when the pass's floats change
 
@@ -91,7 +90,8 @@ class RewardBackbone:
         dtype = self.lm.model.dtype
         return dtype if dtype in (torch.bfloat16, torch.float16) else torch.float32
 
-    def states(self, prompts: list[list[int]], responses: list[list[int]], batch_size: int | None = None) -> list[torch.Tensor]:
+    def states(self, prompts: list[list[int]], responses: list[list[int]],
+               batch_size: int | None = None) -> list[torch.Tensor]:
         """One (len(response), hidden) tensor per pair; cached when frozen."""
         batch_size = batch_size or self.batch_size
         if self.trainable:
@@ -139,7 +139,8 @@ class RewardBackbone:
         backbone = decoder_stack(self.lm.model)
         for start in range(0, len(prompts), batch_size):
             batch_p, batch_r = prompts[start : start + batch_size], responses[start : start + batch_size]
-            ids, mask = right_pad([p + r for p, r in zip(batch_p, batch_r)], self.lm.tokenizer.pad_token_id, self.lm.device)
+            ids, mask = right_pad([p + r for p, r in zip(batch_p, batch_r)], self.lm.tokenizer.pad_token_id,
+                                  self.lm.device)
             hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state.float()
             offset = 0
             rows, cols = response_positions([len(p) for p in batch_p], [len(r) for r in batch_r])
@@ -191,7 +192,8 @@ class RewardBackbone:
         """Prefill (cache for the responses) that also records each prompt's last hidden state."""
         ids, mask, positions = left_pad([list(p) for p in prompts], self.lm.tokenizer.pad_token_id, self.lm.device)
         out = decoder_stack(self.lm.model)(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True)
-        last = out.last_hidden_state[:, -1].to(self.stored_dtype).cpu()  # left padding: column -1 is every row's last token
+        # left padding: column -1 is every row's last token
+        last = out.last_hidden_state[:, -1].to(self.stored_dtype).cpu()
         for p, h in zip(prompts, last):
             key = _prompt_key(list(p))
             if key not in self._cache:

@@ -63,7 +63,7 @@ class PoolingState:
     count: torch.Tensor  # (batch,) number of chosen tokens so far
 
     @classmethod
-    def empty(cls, batch: int, device) -> "PoolingState":
+    def empty(cls, batch: int, device) -> PoolingState:
         return cls(torch.zeros(batch, device=device), torch.zeros(batch, device=device))
 
     def extend(self, candidate_rewards: torch.Tensor, pooling: str) -> torch.Tensor:

@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from persalign.registry import register_method
+from persalign.core.registry import register_method
 from persalign.rewards.method import RewardMethod
 from persalign.rewards.settings import COUNT, MethodSettings, setting
 

@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from persalign.errors import ConfigError
-from persalign.files import fields, read_json, write_atomic
-from persalign.registry import register_method
+from persalign.core.errors import ConfigError
+from persalign.core.files import fields, read_json, write_atomic
+from persalign.core.registry import register_method
 from persalign.rewards.method import GENERIC_USER
 from persalign.rewards.settings import COUNT, TEXT, setting
 from persalign.rewards.train import TrainLog
@@ -160,7 +160,7 @@ class HFRewardModel(nn.Module):
         write_atomic(folder / "head.json", json.dumps({"method": self.name, "settings": asdict(self.settings)}))
 
     @classmethod
-    def load(cls, folder: str | Path) -> "HFRewardModel":
+    def load(cls, folder: str | Path) -> HFRewardModel:
         meta = read_json(Path(folder) / "head.json", fields({"settings": dict}))
         return cls(0, HFRewardSettings(**meta["settings"])).eval()
 

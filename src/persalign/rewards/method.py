@@ -21,7 +21,7 @@ import torch
 from safetensors.torch import save_file
 from torch import nn
 
-from persalign.files import fields, read_json, read_tensors, write_atomic
+from persalign.core.files import fields, read_json, read_tensors, write_atomic
 from persalign.rewards import base
 from persalign.rewards.settings import MethodSettings, resolve
 from persalign.rewards.train import PairData, TrainLog, TrainSchedule, train_pairs
@@ -117,7 +117,7 @@ class RewardMethod(nn.Module):
 
     def user_generator(self, user: str, salt: int = 0) -> torch.Generator:
         """A generator seeded by the method's seed and the user's NAME (not its row in the tables)."""
-        digest = int(hashlib.sha1(f"{salt}:{user}".encode("utf-8")).hexdigest()[:15], 16)
+        digest = int(hashlib.sha1(f"{salt}:{user}".encode()).hexdigest()[:15], 16)
         return torch.Generator().manual_seed(self.settings.seed * 1_000_003 + digest)
 
     def train_user_rows(self, table: torch.Tensor) -> torch.Tensor:
@@ -203,7 +203,8 @@ class RewardMethod(nn.Module):
         hooks = [t.register_hook(lambda grad, i=index: _only_row(grad, i)) for t in tables]
         try:
             s = self.settings
-            return train_pairs(self, backbone, support, None, [{"params": tables, "lr": s.user_lr, "weight_decay": 0.0}],
+            groups = [{"params": tables, "lr": s.user_lr, "weight_decay": 0.0}]
+            return train_pairs(self, backbone, support, None, groups,
                                TrainSchedule(s.adapt_epochs, s.batch_size, s.adapt_epochs, s.seed))
         finally:
             for hook in hooks:
@@ -222,5 +223,5 @@ class RewardMethod(nn.Module):
         save_parameters(self, folder)
 
     @classmethod
-    def load(cls, folder: str | Path) -> "RewardMethod":
+    def load(cls, folder: str | Path) -> RewardMethod:
         return load_parameters(cls, folder)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from persalign.registry import register_method
+from persalign.core.registry import register_method
 from persalign.rewards.method import RewardMethod
 from persalign.rewards.settings import COUNT, NON_NEGATIVE, PersonalizedSettings, latent_dim, setting
 

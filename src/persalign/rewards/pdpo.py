@@ -31,9 +31,8 @@ activations of 8 pairs × 2 terms at once took the study to 8+ GB.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -42,14 +41,13 @@ import torch.nn.functional as F
 from torch import nn
 from tqdm.auto import tqdm
 
-from persalign.decoding import Prefill, decode_from, greedy, left_pad
+from persalign.core.registry import register_method
+from persalign.engine.decoding import Prefill, decode_from, greedy, left_pad
+from persalign.engine.scoring import response_logprobs, right_pad
 from persalign.models.loading import decoder_stack
-from persalign.registry import register_method
 from persalign.rewards.method import GENERIC_USER, load_parameters, save_parameters
 from persalign.rewards.settings import COUNT, FRACTION, PersonalizedSettings, setting
 from persalign.rewards.train import PairData, TrainLog
-from persalign.scoring import response_logprobs, right_pad
-
 
 
 @dataclass
@@ -104,7 +102,8 @@ class PDPO(nn.Module):
         if user not in self.users:
             self.users[user] = len(self.users)
             with torch.no_grad():
-                self.offsets = nn.Parameter(torch.cat([self.offsets.data, self.offsets.new_zeros(1, *self.offsets.shape[1:])]))
+                zeros = self.offsets.new_zeros(1, *self.offsets.shape[1:])
+                self.offsets = nn.Parameter(torch.cat([self.offsets.data, zeros]))
         return self.users[user]
 
     def user_ids(self, users: list[str]) -> torch.Tensor:
@@ -135,8 +134,10 @@ class PDPO(nn.Module):
             cols += range(n + len(p) - 1, n + len(p) + len(r) - 1)  # the state before each response token
             targets += r
         logits = lm.model.get_output_embeddings()(hidden[rows, cols]).float()
-        picked = torch.log_softmax(logits, -1).gather(1, torch.tensor(targets, device=logits.device)[:, None]).squeeze(1)
-        sums = torch.zeros(len(prompts), device=picked.device).index_add(0, torch.tensor(rows, device=picked.device), picked)
+        target_ids = torch.tensor(targets, device=logits.device)
+        picked = torch.log_softmax(logits, -1).gather(1, target_ids[:, None]).squeeze(1)
+        sums = torch.zeros(len(prompts), device=picked.device).index_add(
+            0, torch.tensor(rows, device=picked.device), picked)
         return sums
 
     def reference_logprobs(self, lm, prompts, responses, batch_size: int = 16) -> torch.Tensor:
@@ -193,8 +194,8 @@ class PDPO(nn.Module):
             loss = self._accumulate_gradients(lm, sub, reference_w, reference_l, with_generic)
             optimizer.step()
             log.steps += 1
-            log.tokens += sum(2 * (len(p) + self.settings.soft_tokens) + len(w) + len(l)
-                              for p, w, l in zip(sub.prompts, sub.chosen, sub.rejected))
+            log.tokens += sum(2 * (len(p) + self.settings.soft_tokens) + len(won) + len(lost)
+                              for p, won, lost in zip(sub.prompts, sub.chosen, sub.rejected))
             log.history.append({"step": log.steps, "loss": loss})
             bar.update(1)
         bar.close()
@@ -232,9 +233,9 @@ class PDPO(nn.Module):
         log = self._train(lm, train, groups, s.max_steps or s.epochs * max(1, len(train) // s.batch_size), True)
         self.eval()
         if val is not None and len(val):
-            w = self.implicit_rewards(lm, val.users, val.prompts, val.chosen)
-            l = self.implicit_rewards(lm, val.users, val.prompts, val.rejected)
-            log.best_val_accuracy = float(100 * np.mean(w > l))
+            won = self.implicit_rewards(lm, val.users, val.prompts, val.chosen)
+            lost = self.implicit_rewards(lm, val.users, val.prompts, val.rejected)
+            log.best_val_accuracy = float(100 * np.mean(won > lost))
         return log
 
     def adapt(self, lm, user: str, support: PairData) -> TrainLog | None:
@@ -279,5 +280,5 @@ class PDPO(nn.Module):
         save_parameters(self, folder)
 
     @classmethod
-    def load(cls, folder: str | Path) -> "PDPO":
+    def load(cls, folder: str | Path) -> PDPO:
         return load_parameters(cls, folder)

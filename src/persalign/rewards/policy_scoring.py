@@ -10,7 +10,7 @@ of a response comes from one teacher-forced pass of the RM backbone (cached
 in frozen mode): a causal LM's state at t depends only on tokens <= t. The
 runner's policy accuracy, the λ choice and `benchmarks/bench_policy_scoring.py`
 all score through these functions. (s_base and s_ICL, Eq. 4 and 7, are
-`persalign.scoring.mean_logprob` on the decoder's prompt.)
+`persalign.engine.scoring.mean_logprob` on the decoder's prompt.)
 
     python benchmarks/bench_policy_scoring.py --quick
 """
@@ -20,9 +20,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from persalign.engine.scoring import response_logprobs
+from persalign.engine.work_meter import shared_work
 from persalign.rewards.backbone import pad_states
-from persalign.scoring import response_logprobs
-from persalign.work_meter import shared_work
 
 
 def s_rgd(logprob_sums, step_reward_sums, lam):

@@ -11,8 +11,8 @@ Sparse real data (users sharing no pairs, as in PRISM and Pref-LaMP): with no
 pair rated by two users the matrix carries no collaborative signal; the warm
 start then falls back to the default initialisation and says so in the
 training log (`init`). A new user starts from the mean of the train users'
-vectors (never of users adapted earlier) and fits only u on its support set. Defaults (appendix F): decoder LR 1e-3, weight
-decay 0.02, latent dim 8 (PRISM/LaMP), 2 (TL;DR).
+vectors (never of users adapted earlier) and fits only u on its support set. Defaults (appendix F): decoder
+LR 1e-3, weight decay 0.02, latent dim 8 (PRISM/LaMP), 2 (TL;DR).
 
     persalign run configs/news_category.yaml methods='[{name: pref}]'
 """
@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from persalign.registry import register_method
+from persalign.core.registry import register_method
 from persalign.rewards.backbone import pad_states
 from persalign.rewards.method import GENERIC_USER, RewardMethod, precompute_features
 from persalign.rewards.settings import NON_NEGATIVE, PersonalizedSettings, latent_dim, setting

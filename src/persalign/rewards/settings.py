@@ -22,7 +22,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from persalign.config_checks import (  # noqa: F401  (the rules a method's own settings use)
+from persalign.core.config_checks import (  # noqa: F401  (the rules a method's own settings use)
     COUNT,
     FRACTION,
     NON_NEGATIVE,
@@ -32,7 +32,7 @@ from persalign.config_checks import (  # noqa: F401  (the rules a method's own s
     TEXT,
     check_value,
 )
-from persalign.errors import ConfigError, did_you_mean
+from persalign.core.errors import ConfigError, did_you_mean
 
 FILL = "fill"  # the run's reward.<key> is used when the method leaves the field empty (None)
 OVERRIDE = "override"  # the run's reward.<key>, when set, beats the method's default
@@ -86,8 +86,8 @@ def documented(settings_cls) -> list[dataclasses.Field]:
 def check_settings(settings_cls, values: dict, where: str) -> None:
     """Unknown keys and values outside a field's range are ConfigErrors naming the key and the rule."""
     if not (isinstance(settings_cls, type) and dataclasses.is_dataclass(settings_cls)):
-        raise ConfigError(f"{where}: the method's Settings ({settings_cls!r}) is not a dataclass; a plugin declares its "
-                          "settings as a @dataclass subclass of MethodSettings (docs/plugins.md)")
+        raise ConfigError(f"{where}: the method's Settings ({settings_cls!r}) is not a dataclass; a plugin "
+                          "declares its settings as a @dataclass subclass of MethodSettings (docs/plugins.md)")
     known = {f.name: f for f in documented(settings_cls)}
     unknown = sorted(set(values) - set(known))
     if unknown:

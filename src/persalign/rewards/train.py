@@ -34,7 +34,7 @@ class PairData:
     def __len__(self) -> int:
         return len(self.users)
 
-    def subset(self, index) -> "PairData":
+    def subset(self, index) -> PairData:
         return PairData(*([getattr(self, f)[i] for i in index] for f in ("users", "prompts", "chosen", "rejected")))
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from persalign.registry import register_method
+from persalign.core.registry import register_method
 from persalign.rewards.backbone import pad_states
 from persalign.rewards.method import RewardMethod, precompute_features
 from persalign.rewards.settings import NON_NEGATIVE, PersonalizedSettings, latent_dim, setting
@@ -102,10 +102,10 @@ class VPL(RewardMethod):
         unique, rows = torch.unique(users, return_inverse=True)
         chosen, rejected, mask = [], [], []
         for user in unique.tolist():
-            w, l = self._contexts[user]
-            pick = torch.randperm(len(w), generator=self._generator)[:CONTEXT]
-            chosen.append(w[pick])
-            rejected.append(l[pick])
+            won, lost = self._contexts[user]
+            pick = torch.randperm(len(won), generator=self._generator)[:CONTEXT]
+            chosen.append(won[pick])
+            rejected.append(lost[pick])
         chosen_pad, mask = pad_states(chosen)
         rejected_pad, _ = pad_states(rejected)
         mu, logvar = self.head.encode(chosen_pad, rejected_pad, mask)
@@ -148,7 +148,7 @@ class VPL(RewardMethod):
         was_training = self.training
         self.eval()
         for index in indices:
-            w, l = self._contexts[index]
-            mu, _ = self.head.encode(w[None], l[None], torch.ones((1, len(w)), dtype=torch.bool))
+            won, lost = self._contexts[index]
+            mu, _ = self.head.encode(won[None], lost[None], torch.ones((1, len(won)), dtype=torch.bool))
             self.head.user_latent[index] = mu[0]
         self.train(was_training)

@@ -24,14 +24,13 @@ import hashlib
 import json
 import time
 
-from persalign.batching import plan_generation
+from persalign.core.files import DamagedFileError, fields, read_json, set_aside, write_atomic
 from persalign.decoders.args import alone_forwards, lambda_path, read_choice, timed_choice
 from persalign.decoders.args_lambda import rule_of, validation_pairs
 from persalign.decoders.args_shared import HeadRow, shared_args_decode, shares_the_policy
-from persalign.files import DamagedFileError, fields, read_json, set_aside, write_atomic
+from persalign.engine.batching import plan_generation
 from persalign.runner.context import CellContext
 from persalign.runner.store import folder_name
-
 
 PASS_COLUMNS = ("ids", "needed", "done", "near_ties", "seconds")  # per head, per prompt
 

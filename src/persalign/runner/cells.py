@@ -10,20 +10,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from persalign.batching import fixed_groups
-from persalign.config import RunConfig, to_dict
+from persalign.core.config import RunConfig
+from persalign.core.errors import ConfigError
+from persalign.core.prompts import PromptFormatter, context_length, prompt_budget
+from persalign.core.registry import DECODERS, METRICS
+from persalign.core.typed_yaml import to_dict
+from persalign.core.user_needs import shortfall_line
 from persalign.data.build import build_dataset
 from persalign.data.split import make_split
 from persalign.decoders.base import EvalContext
 from persalign.decoders.best_of_n_samples import SampleStore
-from persalign.errors import ConfigError
+from persalign.engine.batching import fixed_groups
 from persalign.metrics.generation import RougeMetric
 from persalign.models.device import resolve_device
 from persalign.models.embedders import load_embedder
 from persalign.models.loading import load_causal_lm
 from persalign.models.numerics import differences, numerics
-from persalign.prompts import PromptFormatter, context_length, prompt_budget
-from persalign.registry import DECODERS, METRICS
 from persalign.runner import provenance
 from persalign.runner.context import CellContext, PolicyContext, RunContext
 from persalign.runner.evaluate import query_examples, run_cell
@@ -31,7 +33,6 @@ from persalign.runner.judging import load_judges
 from persalign.runner.plan import PlannedCell, check_methods, plan
 from persalign.runner.store import RunStore, check_distinct_dirs
 from persalign.runner.trained import RewardBackbones, trained_policy_method, trained_reward
-from persalign.user_needs import shortfall_line
 
 
 def check_plan(config: RunConfig) -> None:
@@ -51,7 +52,7 @@ def check_shared_rewards(config: RunConfig, cells: list[PlannedCell]) -> None:
     backbone = config.reward.backbone or config.policies[0]
     if not any(p.needs == "reward_model" for p in cells) or set(config.policies) == {backbone}:
         return
-    from persalign.model_checks import policy_tokenizer
+    from persalign.models.checks import policy_tokenizer
 
     reference = policy_tokenizer(backbone, config.cache_dir).get_vocab()
     for policy in config.policies:
@@ -82,7 +83,8 @@ def say_other_machine(store: RunStore, done: list, log) -> None:
         if changed:
             log(f"note: resuming on another machine or setting than the stored cells' ({'; '.join(changed)}); "
                 "persalign's pinned kernels give the same numbers at any thread count, but CPUs of another vendor "
-                "or instruction set can differ in the last digits of raw scores (docs/reliability.md, section 'Same numbers on every machine')")
+                "or instruction set can differ in the last digits of raw scores (docs/reliability.md, section "
+                "'Same numbers on every machine')")
             return
 
 

@@ -12,17 +12,17 @@ needs). These replace long parameter lists and an untyped shared dict.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
-from persalign.batching import plan_generation
-from persalign.config import RunConfig
-from persalign.cost import shape_of
+from persalign.core.config import RunConfig
 from persalign.decoders.base import EvalContext, properties_of
-from persalign.decoding import generate_texts
+from persalign.engine.batching import plan_generation
+from persalign.engine.cost import shape_of
+from persalign.engine.decoding import generate_texts
+from persalign.engine.work_meter import SharedMemo, WorkMeter
 from persalign.runner.plan import PlannedCell
 from persalign.runner.store import Cell, RunStore
-from persalign.work_meter import SharedMemo, WorkMeter
 
 
 @dataclass
@@ -73,7 +73,7 @@ class PolicyContext:
 
     @property
     def shape(self):
-        """The policy's shape, for counted costs (persalign.cost)."""
+        """The policy's shape, for counted costs (persalign.engine.cost)."""
         if self._shape is None:
             self._shape = shape_of(self.lm.model)
         return self._shape

@@ -23,7 +23,7 @@ from persalign.runner.plan import PlannedCell
 
 def cells_work(config, design, shape, planned: list[PlannedCell]) -> tuple[list[float], dict[str, float]]:
     """(each cell's counted FLOPs, in the order given; the work of all of them per stage)."""
-    from persalign.counted_plan import cell_key, stage_work
+    from persalign.runner.counted_plan import cell_key, stage_work
 
     out, before, seen, stages = [], 0.0, Counter(), {}
     for cell in planned:
@@ -36,8 +36,8 @@ def cells_work(config, design, shape, planned: list[PlannedCell]) -> tuple[list[
 
 def planned_work(config, run_ctx, todo: list[PlannedCell]) -> tuple[dict, dict[str, float]]:
     """({cell: counted FLOPs} of every cell to run, policy by policy; their work per stage, summed)."""
-    from persalign.model_checks import policy_config
-    from persalign.counted_plan import design_from, shape_from_config
+    from persalign.models.checks import policy_config
+    from persalign.runner.counted_plan import design_from, shape_from_config
 
     work, stages = {}, Counter()
     for policy in config.policies:

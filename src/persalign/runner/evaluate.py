@@ -1,7 +1,7 @@
 """The one evaluator: any deployment, any cell, batch by batch through the run store.
 
 The query examples are batched by length within a token budget (shortest
-prompts first, persalign.batching), so a batch pads only to its own longest
+prompts first, persalign.engine.batching), so a batch pads only to its own longest
 prompt. For each batch not yet on disk: the deployment builds the prompts,
 generates (where the data has the users' own outputs to compare with), ranks
 each (chosen, rejected) pair with its own scoring function; one row per example
@@ -22,13 +22,13 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from persalign.batching import fixed_groups, plan_generation
-from persalign.cost import cell_work, reward_shapes
+from persalign.core.errors import NonFiniteScores
+from persalign.core.records import Comparison, Completion
 from persalign.decoders.base import Generated, PairScores
-from persalign.errors import NonFiniteScores
+from persalign.engine.batching import fixed_groups, plan_generation
+from persalign.engine.cost import cell_work, reward_shapes
 from persalign.metrics.generation import score_generations
 from persalign.metrics.ranking import pair_outcome, ranking_accuracy, user_macro_mean
-from persalign.records import Comparison, Completion
 from persalign.models.numerics import numerics
 from persalign.runner.provenance import peak_gpu_memory_mib, peak_memory_mib
 
@@ -59,7 +59,7 @@ def query_examples(dataset, split) -> list[Example]:
 @contextmanager
 def timed(timings: dict, key: str, meter=None):
     """Seconds of the block in timings[key]; with a WorkMeter, its own metered FLOPs in timings[STAGE_flops] and
-    the shared work it did (memos, caches: persalign.work_meter) in timings[STAGE_shared_flops]."""
+    the shared work it did (memos, caches: persalign.engine.work_meter) in timings[STAGE_shared_flops]."""
     start = time.perf_counter()
     before, shared = (meter.flops, meter.shared_flops) if meter is not None else (0.0, 0.0)
     yield
@@ -227,7 +227,7 @@ def in_example_order(rows: list[dict], examples: list[Example]) -> list[dict]:
 
 
 def counted_work(rows: list[dict], ctx) -> dict | None:
-    """The cell's counted generation work (persalign.cost) and the shapes of the models it counts."""
+    """The cell's counted generation work (persalign.engine.cost) and the shapes of the models it counts."""
     work = cell_work(rows)
     if work is None:
         return None

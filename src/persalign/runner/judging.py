@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from persalign.cost import greedy_work, shape_of
+from persalign.engine.cost import greedy_work, shape_of
 from persalign.metrics.judge import LMJudge, endpoint_judge, judge_pairs, majority
 
 SCORE = {"win": 1.0, "tie": 0.5, "loss": 0.0}
@@ -51,7 +51,7 @@ def load_judges(config, device: str, dtype: str, cache_dir) -> Judges | None:
 
 
 def _judge_model(name: str, device: str, dtype: str, cache_dir):
-    from persalign.errors import ModelLoadError
+    from persalign.core.errors import ModelLoadError
     from persalign.models.loading import load_causal_lm
 
     try:

@@ -20,7 +20,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from persalign.errors import PersalignError
+from persalign.core.errors import PersalignError
 
 
 class RunLockedError(PersalignError):

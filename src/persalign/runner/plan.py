@@ -9,7 +9,7 @@ off. Seed-free deployments run once (first seed). What a cell needs (nothing,
 a trained reward model, a trained policy-side method) is the decoder's
 declared `properties.needs`; `decoder_index` orders rows in the reports.
 
-    python -c "from persalign.config import load_config; from persalign.runner.plan import plan; \
+    python -c "from persalign.core.config import load_config; from persalign.runner.plan import plan; \
 print(*[p.cell for p in plan(load_config('demo'))], sep='\\n')"
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from persalign.config import DecoderConfig, MethodConfig, RunConfig
-from persalign.errors import ConfigError
-from persalign.registry import DECODERS, METHODS
+from persalign.core.config import DecoderConfig, MethodConfig, RunConfig
+from persalign.core.errors import ConfigError
+from persalign.core.registry import DECODERS, METHODS
 from persalign.rewards.settings import check_settings
 from persalign.runner.store import Cell
 
@@ -123,7 +123,7 @@ def check_method_size(method_cls, method, config: RunConfig, where: str) -> None
 
     import torch
 
-    from persalign.model_checks import policy_config
+    from persalign.models.checks import policy_config
     from persalign.rewards.method import resolve_settings
 
     try:
@@ -143,7 +143,7 @@ def check_method_size(method_cls, method, config: RunConfig, where: str) -> None
 def check_parts(config: RunConfig) -> None:
     """The data set, embedder and metrics a run names resolve to what their registries hold (built in,
     installed, or a module:Object that is a plugin): before any model is loaded or anything is called."""
-    from persalign.registry import DATASETS, EMBEDDERS, METRICS
+    from persalign.core.registry import DATASETS, EMBEDDERS, METRICS
 
     for registry, names in ((DATASETS, [config.data.dataset]), (EMBEDDERS, [config.data.embedder]),
                             (METRICS, list(config.metrics.names))):

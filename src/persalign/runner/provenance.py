@@ -63,14 +63,14 @@ def peak_gpu_memory_mib() -> dict:
 def input_files(data_config) -> list[Path]:
     """The files a data config reads: `data.path` (every file of a folder), and the files its loader names
     beside it (`companion_files`, e.g. LaMP's outputs file). Hub sources (`hf:`) and built-in data: none."""
-    from persalign.registry import DATASETS
+    from persalign.core.registry import DATASETS
 
     path = data_config.path
     if not path or str(path).startswith("hf:"):
         return []
     root = Path(path).expanduser()
     if root.exists() and not (root.is_dir() or root.is_file()):  # hashing a FIFO or /dev/zero never ends
-        from persalign.errors import DataError
+        from persalign.core.errors import DataError
 
         raise DataError(root, "not a regular file (a device or pipe); give a data file")
     files = sorted(f for f in root.iterdir() if f.is_file()) if root.is_dir() else [root]

@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from persalign.errors import ConfigError, PersalignError
+from persalign.core.errors import ConfigError, PersalignError
 from persalign.runner.trained import trained_dir
 
 SCRATCH_ENV = "PERSALIGN_SCRATCH_DIR"  # where a worker keeps a task's scratch run dir (default: system temp)
@@ -120,10 +120,9 @@ def _audit(event: str, what: str, scratch: Path) -> None:
 def _scratch_policy(config, planned, run_dir: str, inputs: tuple, kind: str):
     """A policy context over a scratch run dir holding `inputs`; the dir is removed afterwards. Errors
     name the driver's run dir `run_dir`, where the user will look, instead of the scratch dir."""
-    from persalign.config import to_dict
-    from persalign.runner import cells as local
-
+    from persalign.core.typed_yaml import to_dict
     from persalign.models.numerics import pin_numerics
+    from persalign.runner import cells as local
 
     pin_numerics(config.threads)  # the config's thread count, whatever this task's CPUs
     root = Path(tempfile.mkdtemp(prefix=f"persalign-{kind}-{os.getpid()}-", dir=os.environ.get(SCRATCH_ENV)))

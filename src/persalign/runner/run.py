@@ -17,13 +17,20 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from persalign.config import RunConfig
-from persalign.config_checks import validate
-from persalign.model_checks import preflight
+from persalign.core.config import RunConfig
+from persalign.core.config_checks import validate
+from persalign.models.checks import preflight
 from persalign.models.numerics import pin_numerics
 from persalign.runner import provenance
 from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: also used from here by tests)
-    check_plan, load_policy, need_key, open_store, policy_context, run_context, run_planned, shared_args_pass,
+    check_plan,
+    load_policy,
+    need_key,
+    open_store,
+    policy_context,
+    run_context,
+    run_planned,
+    shared_args_pass,
     trained_providers,
 )
 from persalign.runner.eta import Progress, planned_work, work_line

@@ -21,10 +21,8 @@ from pathlib import Path
 
 import yaml
 
-from persalign.errors import ConfigError, DataError, PersalignError
-from persalign.files import (
-    DamagedFileError, fields, naming, read_json, read_yaml_mapping, set_aside, write_atomic,
-)
+from persalign.core.errors import ConfigError, DataError, PersalignError
+from persalign.core.files import DamagedFileError, fields, naming, read_json, read_yaml_mapping, set_aside, write_atomic
 from persalign.runner.store_checks import metrics_problem, parse_line, rows_problem, short
 
 
@@ -89,7 +87,8 @@ def check_same_inputs(root: Path, runs: list[dict], inputs: dict[str, str]) -> N
         if inputs.get(path) != digest:
             what = "is gone" if path not in inputs else "has changed"
             raise ConfigError(f"{root}: input file {path} {what} since its cells were computed (sha256 "
-                              f"{digest[:12]} in provenance.json); resume with the same data, or write to another folder (-o)")
+                              f"{digest[:12]} in provenance.json); resume with the same data, or write to another "
+                              "folder (-o)")
     added = sorted(set(inputs) - set(earlier))
     if added:
         raise ConfigError(f"{root}: its cells were computed without input file {added[0]} (provenance.json); "
@@ -164,7 +163,8 @@ class RunStore:
         if len(done) != len(by_batch):
             kept = [row for row in rows if row["batch"] in done]
             self._rewrite(cell, "rows.jsonl", kept)
-            self._rewrite(cell, "timings.jsonl", [t for t in self.read_jsonl(cell, "timings.jsonl") if t["batch"] in done])
+            kept = [t for t in self.read_jsonl(cell, "timings.jsonl") if t["batch"] in done]
+            self._rewrite(cell, "timings.jsonl", kept)
         return done
 
     def append(self, cell: Cell, name: str, records: list[dict]) -> None:
@@ -204,7 +204,8 @@ class RunStore:
     def read_files(self, relative: str | Path) -> dict[str, bytes]:
         """Every file under RUN_DIR/`relative` as {path relative to RUN_DIR: bytes} (unfinished .tmp files left out)."""
         base = self.root / relative
-        files = sorted(p for p in base.rglob("*") if p.is_file() and not p.name.endswith(".tmp")) if base.exists() else []
+        files = (sorted(p for p in base.rglob("*") if p.is_file() and not p.name.endswith(".tmp"))
+                 if base.exists() else [])
         return {str(p.relative_to(self.root)): p.read_bytes() for p in files}
 
     def write_files(self, files: dict[str, bytes]) -> None:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from persalign.errors import DataError
-from persalign.files import fields
+from persalign.core.errors import DataError
+from persalign.core.files import fields
 
 METRICS_FIELDS = {"policy": str, "decoder": str, "seed": int, "examples": int}
 OBJECT_OR_NULL = (dict, type(None))

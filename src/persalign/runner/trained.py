@@ -17,13 +17,13 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from persalign.cost import adaptation_work, head_shape, shape_of
-from persalign.errors import ConfigError, PersalignError
-from persalign.files import DamagedFileError, fields, read_json, set_aside, short, write_atomic
+from persalign.core.errors import ConfigError, PersalignError
+from persalign.core.files import DamagedFileError, fields, read_json, set_aside, short, write_atomic
+from persalign.core.prompts import PromptFormatter, context_length, prompt_budget
+from persalign.core.registry import METHODS
+from persalign.engine.cost import adaptation_work, head_shape, shape_of
 from persalign.models.aliases import default_cache_dir
 from persalign.models.loading import load_causal_lm
-from persalign.prompts import PromptFormatter, context_length, prompt_budget
-from persalign.registry import METHODS
 from persalign.rewards.backbone import RewardBackbone, weights_fingerprint
 from persalign.rewards.lora import attach_lora, load_adapter, save_adapter
 from persalign.rewards.method import precompute_features, resolve_settings

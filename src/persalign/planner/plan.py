@@ -1,11 +1,11 @@
 """`persalign plan`: what a study will cost and what it can detect, before any heavy work (issue #39).
 
-The design and the counted work of each stage come from persalign/counted_plan.py
+The design and the counted work of each stage come from persalign/runner/counted_plan.py
 (the cost model every run counts with, on the policy's config and the real prompt
 lengths; an upper bound: outputs of max_new_tokens, every ARGS cell steering).
 Training is projected only from a stored run (--from-run), which metered it.
 Time on this machine is that work at the rates measured here
-(persalign/machine_rates.py), times a stated slowdown (the full-size news study
+(persalign/planner/machine_rates.py), times a stated slowdown (the full-size news study
 ran at 1.35× its floor, docs/benchmarks.md); on a GPU it is the work at a stated
 peak × utilisation, labelled a projection. What the design can detect comes
 from planning_power.py. Its options are checked before any work, a --from-run must be a finished run of
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from persalign.counted_plan import Design, design_of, rate_of, shape_from_config, stage_work  # noqa: F401  (re-exported)
-from persalign.errors import ConfigError
+from persalign.core.errors import ConfigError
+from persalign.runner.counted_plan import Design, design_of, rate_of, shape_from_config, stage_work  # noqa: F401  (re-exported)
 
 TRAIN_SHARE = 0.5  # a proposal keeps at least this share of the users training the reward models (the paper: 80 %)
 
@@ -64,10 +64,10 @@ class PlanOptions:
 
 def plan_report(config, options: PlanOptions) -> str:
     """The plan as text: design, counted work and projected time per stage, and what the design detects."""
-    from persalign.machine_rates import measure_rates
+    from persalign.models.checks import policy_config
     from persalign.models.numerics import kernel_tag
-    from persalign.model_checks import policy_config
-    from persalign.planning_power import DEFAULT_BETWEEN, DEFAULT_WITHIN, Components, components_from_run
+    from persalign.planner.machine_rates import measure_rates
+    from persalign.planner.power import DEFAULT_BETWEEN, DEFAULT_WITHIN, Components, components_from_run
 
     design = design_of(config)
     shape = shape_from_config(policy_config(config.policies[0], config.cache_dir))
@@ -83,7 +83,8 @@ def plan_report(config, options: PlanOptions) -> str:
              f"figures per policy, for {config.policies[0]})",
              f"users: {design.users} ({design.train_users} train, {len(design.queries)} adaptation); "
              f"{design.query_items} query items ({queries:.1f} per adaptation user); "
-             f"pairs: {design.pairs['train']} train, {design.pairs['heldout']} held-out, {design.pairs['support']} support",
+             f"pairs: {design.pairs['train']} train, {design.pairs['heldout']} held-out, "
+             f"{design.pairs['support']} support",
              f"cells: {sum(design.cells.values())} (" + ", ".join(
                  f"{n} {kind}{f' {shots}-shot' if shots else ''}" for (kind, shots), n in design.cells.items())
              + f"); trained models: {design.trained}", ""]
@@ -91,7 +92,8 @@ def plan_report(config, options: PlanOptions) -> str:
     lines += stage_table(work, here, options, (shape.body_params, rows))
     lines += [f"Upper bounds: every output max_new_tokens ({config.generation.max_new_tokens}) long, every ARGS cell "
               f"steering; training not projected (heads are cheap; P-DPO is not). This machine: work ÷ its measured "
-              f"rates (decode {rates['decode']:.0f}, prefill {rates['prefill']:.0f} GFLOP/s) × {options.slowdown:g}. The GPU "
+              f"rates (decode {rates['decode']:.0f}, prefill {rates['prefill']:.0f} GFLOP/s) × {options.slowdown:g}. "
+              "The GPU "
               f"column counts FLOPs only: on an H200 decoding ran 70–290× slower than it (per-step overheads, "
               f"docs/scale-out.md); --gpu-rates FILE adds a column at a GPU's measured rates.", ""]
     lines += power_lines(design, components, here, options)
@@ -109,10 +111,12 @@ def stage_table(work: dict, here: dict, options: PlanOptions, policy: tuple[floa
     extra = (" | " + f"GPU at measured rates (min, {label})", "---|") if measured else ("", "")
     lines = [f"| stage | counted TFLOP | this machine (h) | GPU projection (min, {options.gpu_tflops:g} TFLOP/s × "
              f"{options.utilisation:g}){extra[0]} |", "|---|---|---|---|" + extra[1]]
+    def pick(seconds: dict, stage: str) -> float:
+        return sum(seconds.values()) if stage == "total" else seconds[stage]
+
     for stage in [*work, "total"]:
-        pick = (lambda d: d[stage]) if stage != "total" else (lambda d: sum(d.values()))  # noqa: E731
-        cells = [f"{pick(work) / 1e12:.1f}", f"{pick(here) / 3600:.2f}", f"{pick(gpu) / 60:.3g}"]
-        cells += [f"{pick(measured) / 60:.3g}"] if measured else []
+        cells = [f"{pick(work, stage) / 1e12:.1f}", f"{pick(here, stage) / 3600:.2f}", f"{pick(gpu, stage) / 60:.3g}"]
+        cells += [f"{pick(measured, stage) / 60:.3g}"] if measured else []
         lines.append(f"| {stage} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -137,7 +141,7 @@ def gpu_rates_for(path: str, body_params: float, batch: int) -> tuple[dict[str, 
 
 def power_lines(design: Design, components, seconds: dict, options: PlanOptions) -> list[str]:
     """What this design detects, and (with a budget) the users × queries that detect the least in it."""
-    from persalign.planning_power import detectable, harmonic_queries, propose
+    from persalign.planner.power import detectable, harmonic_queries, propose
 
     users, queries = len(design.queries), harmonic_queries(design.queries.values())  # unequal counts: harmonic
     now = detectable(users, queries, components.between, components.within)
@@ -207,14 +211,14 @@ def check_from_run(run_dir: str | None, config) -> None:
     folder = Path(run_dir)
     if not (folder / "config.yaml").is_file():
         raise ConfigError(f"--from-run {run_dir}: not a run folder (no config.yaml)")
-    from persalign.config import load_config
+    from persalign.core.config import load_config
 
     stored = load_config(str(folder / "config.yaml"))
     mine, theirs = ((c.data.dataset, str(c.data.path or "")) for c in (config, stored))
     if Path(mine[1]).name != Path(theirs[1]).name or mine[0] != theirs[0]:
         raise ConfigError(f"--from-run {run_dir}: a run of other data ({theirs[0]} {theirs[1] or '(built in)'}; this "
                           f"plan: {mine[0]} {mine[1] or '(built in)'}): its users' spread is not this data's")
-    from persalign.planning_power import components_from_run
+    from persalign.planner.power import components_from_run
 
     if components_from_run(run_dir) is None:
         raise ConfigError(f"--from-run {run_dir}: no finished ICL cell beside a reward method or zero-shot to take "
@@ -224,7 +228,7 @@ def check_from_run(run_dir: str | None, config) -> None:
 def cached_rates(measure, cache_dir: str | None, key: str) -> dict:
     """`measure()` once per machine, model, kernel set and thread count, then read back (the rates do not change
     between plans); says what it is doing while it measures (about a minute)."""
-    from persalign.files import write_atomic
+    from persalign.core.files import write_atomic
     from persalign.models.aliases import default_cache_dir
 
     path = default_cache_dir(cache_dir) / "machine_rates" / f"{key}.json"

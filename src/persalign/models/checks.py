@@ -11,7 +11,7 @@ corrected command starts cleanly.
 
 from __future__ import annotations
 
-from persalign.errors import ConfigError
+from persalign.core.errors import ConfigError
 
 
 def check_device(name: str) -> None:
@@ -38,7 +38,7 @@ def check_cache_dir(configured: str | None) -> None:
 
 def policy_config(name: str, cache_dir: str | None):
     """A policy's model config, without its weights where the model has a folder."""
-    from persalign.registry import MODELS
+    from persalign.core.registry import MODELS
 
     if name in MODELS and MODELS.get(name).config is not None:
         return MODELS.get(name).config()
@@ -54,7 +54,7 @@ def policy_config(name: str, cache_dir: str | None):
 def model_limits(name: str, cache_dir: str | None) -> tuple[int, int | None]:
     """(vocabulary size, context length or None if the model states none) of a policy, without its weights
     where possible."""
-    from persalign.prompts import context_length
+    from persalign.core.prompts import context_length
 
     config = policy_config(name, cache_dir)
     return config.vocab_size, context_length(config)
@@ -62,7 +62,7 @@ def model_limits(name: str, cache_dir: str | None) -> tuple[int, int | None]:
 
 def policy_tokenizer(name: str, cache_dir: str | None):
     """A policy's tokenizer alone (no weights where the model has a folder)."""
-    from persalign.registry import MODELS
+    from persalign.core.registry import MODELS
 
     if name in MODELS and MODELS.get(name).tokenizer is not None:
         return MODELS.get(name).tokenizer()

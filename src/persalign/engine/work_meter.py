@@ -16,7 +16,7 @@ the in-memory memos computes it again, so it depends on the order and the histor
 stage FLOPs leave it out and are the same in an uninterrupted and a resumed run; the shared work is stored
 beside them (`stage_shared_flops`) as work done, for the floor benchmark.
 
-    python -c "from persalign.work_meter import WorkMeter; print(WorkMeter().flops)"
+    python -c "from persalign.engine.work_meter import WorkMeter; print(WorkMeter().flops)"
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from persalign.cost import ModelShape, forward_flops, shape_of
+from persalign.engine.cost import ModelShape, forward_flops, shape_of
 
 TRAINING_FACTOR = 3.0  # forward + backward (≈ 2 × forward) when gradients are on
 

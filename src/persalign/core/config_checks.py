@@ -13,10 +13,11 @@ the key, the value and the rule in one line:
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
-from persalign.errors import ConfigError
+from persalign.core.errors import ConfigError
 
 SELECTION_RULES = ("auto", "policy_accuracy", "harmonic", "fixed")
 REWARD_MODES = ("frozen", "lora")
@@ -165,7 +166,7 @@ def check_own_data_task(data, where: str) -> None:
     """Your own data says what its prompts ask for: refused without `data.task` rather than run under a
     guessed instruction (a neutral or borrowed one would measure another task and still print numbers)."""
     if data.dataset in OWN_DATA and data.task is None:
-        from persalign.prompts import TASKS
+        from persalign.core.prompts import TASKS
 
         raise ConfigError(
             f"{where}.data.task: your own data ({data.dataset}) needs the task its prompts ask for; set a named "

@@ -21,7 +21,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from persalign.config import load_config
+from persalign.core.config import load_config
 from persalign.report.html import build_html_report
 from persalign.runner.run import run
 

@@ -2,8 +2,8 @@
 
 Tasks: `headline` (LaMP-4, news_category, demo), `title` (LaMP-5), `tweet`
 (LaMP-7), `summary`, `chat`, or an inline template for any per-user writing
-(`data.task: {instruction: ..., input_label: ..., output_label: ...}`). Zero-shot is one user turn with the instruction and the input. ICL
-prepends the user's own demonstrations as earlier turns of the same shape
+(`data.task: {instruction: ..., input_label: ..., output_label: ...}`). Zero-shot is one user turn with
+the instruction and the input. ICL prepends the user's own demonstrations as earlier turns of the same shape
 (instruction + input -> the user's output), so the only difference between
 zero-shot and ICL prompts is the demonstrations. Style-only history (items
 without an input, e.g. LaMP-7 tweets) is listed in the first turn. Without a
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from persalign.errors import ConfigError, did_you_mean
-from persalign.records import UserItem
+from persalign.core.errors import ConfigError, did_you_mean
+from persalign.core.records import UserItem
 
 MAX_CHARS_PER_TOKEN = 32  # no tokenizer of the field averages more characters per token than this
 

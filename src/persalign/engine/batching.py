@@ -11,12 +11,13 @@ projections with L; for a d-wide model they are equal near L = 6d, and
 batch_size) stays an upper bound. Results come back in the original order
 (lm-evaluation-harness sorts its requests by length for the same reason).
 
-    python -c "from persalign.batching import plan_batches; print(plan_batches([5, 50, 7, 48], budget=120))"
+    python -c "from persalign.engine.batching import plan_batches; print(plan_batches([5, 50, 7, 48], budget=120))"
 """
 
 from __future__ import annotations
 
-from typing import Callable, Sequence, TypeVar
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import torch
 

@@ -10,7 +10,7 @@ file is:
   choice, a trained model, Best-of-N samples): `set_aside` renames it to
   NAME.damaged, prints one warning line, and the caller recomputes it.
 
-    python -c "from persalign.files import read_json; print(read_json('runs/demo/provenance.json'))"
+    python -c "from persalign.core.files import read_json; print(read_json('runs/demo/provenance.json'))"
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import contextlib
 import json
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
-from persalign.errors import OutputPathError, PersalignError
+from persalign.core.errors import OutputPathError, PersalignError
 
 NUMBER = (int, float)
 

@@ -10,7 +10,7 @@ Measured in-process on a real policy (default SmolLM2-135M-Instruct, the demo's)
 `benchmarks/bench_floor.py` sets a finished run's stages against them; `persalign plan` projects a
 study's counted work with them.
 
-    python -c "from persalign.machine_rates import measure_rates; print(measure_rates(1))"
+    python -c "from persalign.planner.machine_rates import measure_rates; print(measure_rates(1))"
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from persalign.cost import ModelShape, forward_flops, shape_of
+from persalign.engine.cost import ModelShape, forward_flops, shape_of
 
 
 def rate(fn, flops: float, reps: int) -> float:

@@ -124,6 +124,16 @@ def _add_plan_arguments(planning) -> None:
                           "one measured on an H200: benchmarks/measured/h200_rates.json): adds a column at them")
 
 
+def _add_export_arguments(export: argparse.ArgumentParser) -> None:
+    export.add_argument("run_dir", help="a directory written by `persalign run`")
+    export.add_argument("--format", choices=["csv", "json", "rows"], default="json",
+                        help="csv: one tidy row per cell (pandas.read_csv); json: the versioned results.json; "
+                             "rows: every generation with its prompt, one JSON line each "
+                             "(pandas.read_json(lines=True))")
+    export.add_argument("--costs", action="store_true", help="csv: also the counted-cost and timing columns")
+    export.add_argument("-o", "--output", help="write to this file (default: standard output)")
+
+
 def build_parser(handlers: dict) -> argparse.ArgumentParser:
     """The whole command line; `handlers` maps each subcommand to the function that runs it."""
     parser = argparse.ArgumentParser(prog="persalign", description=ABOUT, epilog=GETTING_STARTED,
@@ -150,14 +160,8 @@ def build_parser(handlers: dict) -> argparse.ArgumentParser:
     report.add_argument("--format", choices=["md", "html"], default="md",
                         help="md: print the Markdown tables; html: one self-contained file with figures")
 
-    export = _command(commands, "export", "a run's results for other programs (docs/results-json.md)",
-                      handlers["export"])
-    export.add_argument("run_dir", help="a directory written by `persalign run`")
-    export.add_argument("--format", choices=["csv", "json", "rows"], default="json",
-                        help="csv: one tidy row per cell (pandas.read_csv); json: the versioned results.json; "
-                             "rows: every generation with its prompt, one JSON line each (pandas.read_json(lines=True))")
-    export.add_argument("--costs", action="store_true", help="csv: also the counted-cost and timing columns")
-    export.add_argument("-o", "--output", help="write to this file (default: standard output)")
+    _add_export_arguments(_command(commands, "export", "a run's results for other programs (docs/results-json.md)",
+                                   handlers["export"]))
 
     data = commands.add_parser("data", help="inspect data sets")
     data_commands = data.add_subparsers(dest="data_command", required=True)

@@ -9,9 +9,9 @@ written something (leading blank lines are skipped, not taken as the end).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Callable
 
 import torch
 

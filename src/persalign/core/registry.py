@@ -27,9 +27,10 @@ import importlib.metadata
 import inspect
 import pkgutil
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from persalign.errors import ConfigError, did_you_mean
+from persalign.core.errors import ConfigError, did_you_mean
 
 
 def not_a_plugin(obj: Any) -> str | None:

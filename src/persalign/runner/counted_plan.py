@@ -2,11 +2,11 @@
 share; issue #39, #43).
 
 The design (users, queries, cells) comes from the data and the split, as the run would make them; the
-counted work of each stage from the cost model every run counts with (persalign/cost.py) on the policy's
+counted work of each stage from the cost model every run counts with (persalign/engine/cost.py) on the policy's
 shape (its config, no weights) and the real prompt lengths, as an upper bound: every output is taken to be
 max_new_tokens long and every ARGS cell to steer (λ > 0).
 
-    python -c "from persalign.config import load_config; from persalign.counted_plan import design_of; print(design_of(load_config('demo')))"
+    persalign plan demo        # the design and counted work per stage, as a table
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from persalign.cost import ModelShape, args_work, forward_flops, greedy_work
+from persalign.engine.cost import ModelShape, args_work, forward_flops, greedy_work
 from persalign.runner.plan import cell_kind
 
 NO_HEAD = ModelShape(0.0, 0.0, 0, 0)
@@ -70,8 +70,8 @@ def design_of(config) -> Design:
 
 def design_from(config, dataset, split, policy: str) -> Design:
     """`design_of` for data and a split already built (a run's own), with `policy`'s tokenizer and cells."""
-    from persalign.model_checks import policy_tokenizer
-    from persalign.prompts import PromptFormatter
+    from persalign.core.prompts import PromptFormatter
+    from persalign.models.checks import policy_tokenizer
     from persalign.runner.plan import plan
 
     by_id = {c.id: c for c in dataset.comparisons}
@@ -105,7 +105,7 @@ def cell_key(planned) -> tuple[str, int]:
 
 
 def rate_of(part: str) -> str:
-    """Which measured rate a counted part runs at (persalign.machine_rates)."""
+    """Which measured rate a counted part runs at (persalign.planner.machine_rates)."""
     return "decode" if "decode" in part else "candidates" if "candidates" in part else "prefill"
 
 

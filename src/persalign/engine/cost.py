@@ -19,7 +19,7 @@ step included). Best-of-N counts its N samples and the RM reading each.
 "Cost ÷ greedy" in the verdict is a deployment's counted FLOPs per output
 divided by zero-shot's on the same query items.
 
-    python -c "from persalign.cost import ModelShape, forward_flops; print(forward_flops(ModelShape(1e8, 5e7, 30, 576), 100))"
+    python -c "from persalign.engine.cost import ModelShape as M, forward_flops as f; print(f(M(1e8, 5e7, 30, 576), 9))"
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ checks decisions equal and log-probs within float tolerance).
 
 Layout of the returned state, per row: [pad | prefix | pad | suffix], masked
 where padded, positions counted over real tokens only, so decoding and the
-scoring of responses (persalign.scoring.continue_from_prefill) read it as they
+scoring of responses (persalign.engine.scoring.continue_from_prefill) read it as they
 read a plain left-padded prefill.
 
-    python -c "from persalign.prefix_cache import shared_prefix_lengths as s; print(s([[1,2,3,4],[1,2,3,5]], ['u','u'], 2))"
+    python -c "from persalign.engine.prefix_cache import shared_prefix_lengths as s; print(s([[1,2,3],[1,2,4]],'uu',2))"
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections import OrderedDict
 import torch
 from transformers import DynamicCache
 
-from persalign.decoding import Prefill, left_pad, prefill
+from persalign.engine.decoding import Prefill, left_pad, prefill
 from persalign.models.loading import decoder_stack
 
 MIN_SHARED_TOKENS = 16  # a shorter common prefix is not worth a forward of its own

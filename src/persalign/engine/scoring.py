@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from persalign.batching import default_budget, map_batched
+from persalign.engine.batching import default_budget, map_batched
 from persalign.models.loading import decoder_stack
 
 
@@ -35,7 +35,7 @@ def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], 
                       token_budget: int | None = None) -> list[np.ndarray]:
     """log π(y_t | x, y<t) for each response token, one array per (prompt, response).
 
-    Pairs are batched by length within a token budget (persalign.batching); results keep the input order.
+    Pairs are batched by length within a token budget (persalign.engine.batching); results keep the input order.
     """
     budget = token_budget or default_budget(lm.device)
     pairs = list(zip(prompts, responses))

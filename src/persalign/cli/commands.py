@@ -20,13 +20,13 @@ import sys
 import threading
 from pathlib import Path
 
-from persalign.cli_parser import build_parser, split_overrides  # noqa: F401  (split_overrides: tests use it here)
-from persalign.errors import PersalignError
-from persalign.files import escape_controls
+from persalign.cli.parser import build_parser, split_overrides
+from persalign.core.errors import PersalignError
+from persalign.core.files import escape_controls
 
 
 def _cmd_run(args) -> None:
-    from persalign.config import load_config
+    from persalign.core.config import load_config
     from persalign.report.terminal import closing_summary
     from persalign.runner.run import run
 
@@ -64,8 +64,7 @@ def _check_wandb(args) -> None:
 
 
 def _cmd_study(args) -> None:
-    from persalign.study import run_study
-
+    from persalign.cli.study import run_study
     from persalign.report.terminal import closing_summary
 
     _check_wandb(args)
@@ -115,8 +114,8 @@ def _warn_incomplete(run_dir) -> int:
 
 
 def _cmd_export(args) -> int:
-    from persalign.errors import ConfigError
-    from persalign.files import write_atomic
+    from persalign.core.errors import ConfigError
+    from persalign.core.files import write_atomic
     from persalign.report.results import export
     from persalign.runner.store import RunStore
 
@@ -132,9 +131,8 @@ def _cmd_export(args) -> int:
 
 
 def _cmd_data_summary(args) -> None:
-    from persalign.config import load_config
+    from persalign.core.config import load_config
     from persalign.data.summary import summarize_data
-
     from persalign.runner.plan import check_methods
 
     config = load_config(args.config, args.overrides)
@@ -143,8 +141,8 @@ def _cmd_data_summary(args) -> None:
 
 
 def _cmd_plan(args) -> None:
-    from persalign.config import load_config
-    from persalign.planning import GPU_PEAKS, PlanOptions, check_from_run, check_plan_options, plan_report
+    from persalign.core.config import load_config
+    from persalign.planner.plan import GPU_PEAKS, PlanOptions, check_from_run, check_plan_options, plan_report
     from persalign.runner.plan import check_methods
 
     check_plan_options(args)  # before the config, the data and the minute of rate measurement
@@ -157,7 +155,7 @@ def _cmd_plan(args) -> None:
 
 
 def _cmd_list(args) -> None:
-    from persalign.registry import METHODS, all_registries
+    from persalign.core.registry import METHODS, all_registries
 
     if args.method:
         from persalign.rewards.settings import settings_table
@@ -182,7 +180,7 @@ def config_sections() -> str:
     """The judge and the RL leg are run settings, not registered parts: their sections and defaults."""
     import dataclasses
 
-    from persalign.config import JudgeConfig, RLConfig
+    from persalign.core.config import JudgeConfig, RLConfig
 
     lines = []
     for key, cls, what in (("judge", JudgeConfig, "pairwise LLM judge of every generation (off until models is set)"),

@@ -12,7 +12,7 @@ pair, or best ICL − zero-shot where no reward method steers), else from
 stated defaults. A proposal searches users × queries for the smallest
 detectable difference whose projected hours fit the budget.
 
-    python -c "from persalign.planning_power import detectable; print(detectable(16, 2, 8.0, 18.0))"
+    python -c "from persalign.planner.power import detectable; print(detectable(16, 2, 8.0, 18.0))"
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def components_from_run(run_dir) -> Components | None:
         other = analysis.best_reward or reference
         if analysis.best_icl is None or other is None:
             continue
-        rows = [store.read_rows(Cell(analysis.policy, m.decoder, m.seed_numbers[0])) for m in (analysis.best_icl, other)]
+        rows = [store.read_rows(Cell(analysis.policy, m.decoder, m.seed_numbers[0]))
+                for m in (analysis.best_icl, other)]
         return components_from_rows(*rows, f"{run_dir}: {analysis.best_icl.label} − {other.label}")
     return None
 

@@ -1,0 +1,51 @@
+"""How one table cell of a report reads: a mean with its 95 % interval (or why none), a correlation across
+methods beside the correlation of their true means (analysis/true_correlation.py), a Best-of-N curve point.
+
+    persalign report runs/demo          # every table's cells are written by these
+"""
+
+from __future__ import annotations
+
+import math
+
+from persalign.analysis.intervals import why_none
+
+SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
+
+
+def with_ci(ci: dict | None, digits: int = 2) -> str:
+    if not ci or ci.get("mean") is None or math.isnan(ci["mean"]):
+        return "-"
+    if ci.get("low") is None:
+        return f"{ci['mean']:.{digits}f} (no interval: {why_none(ci)})"
+    return f"{ci['mean']:.{digits}f} [{ci['low']:.{digits}f}, {ci['high']:.{digits}f}]"
+
+
+def curve_cell(curve: dict, name: str, n: int) -> str:
+    """One Best-of-N curve's value at N (a dash where it was not measured or is NaN)."""
+    value = curve.get(name, {}).get(str(n))
+    return f"{value:.2f}" if value is not None and value == value else "-"
+
+
+def correlation_cell(result: dict | None) -> str:
+    if result is None:
+        return "n/a (no methods with both metrics)"
+    point = result["point"]
+    if point.value is None:
+        return f"n/a ({point.reason})"
+    interval = "(no interval)" if result["low"] is None else f"[{result['low']:+.2f}, {result['high']:+.2f}]"
+    return f"observed {point.value:+.2f} {interval} (n={point.n}); {true_means_text(result.get('true'))}"
+
+
+def true_means_text(true: dict | None) -> str:
+    """The correlation of the methods' true means, or why none can be stated (analysis/true_correlation.py)."""
+    if not true:
+        return "true means: not estimated"
+    reliability = true.get("reliability")
+    rel = f"reliability {reliability['x']:.2f} / {reliability['y']:.2f}" if reliability else ""
+    if true["low"] is None and true.get("reliability") is None:  # too few users or methods to measure the noise
+        return f"true means: no interval ({true['reason']})"
+    if true["low"] is None:
+        users = f"; ≈ {true['users_needed']} users would make it estimable" if true.get("users_needed") else ""
+        return f"true means: too noisy to tell ({true['reason']}{users})"
+    return f"true means: {true['point']:+.2f} [{true['low']:+.2f}, {true['high']:+.2f}] ({rel})"
