@@ -29,7 +29,7 @@ import statistics
 import time
 
 import torch
-from common import emit, machine, news_query_pairs, peak_memory_mib
+from common import count, emit, machine, news_query_pairs, non_negative, peak_memory_mib
 
 from persalign.core.prompts import PromptFormatter
 from persalign.core.registry import METHODS
@@ -131,10 +131,10 @@ def shared_prefill_rows(policy, rms, method, prompts, args, max_new) -> dict:
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="4 prompts, 12 new tokens")
-    parser.add_argument("--k", type=int, default=10, help="ARGS top-k")
-    parser.add_argument("--lam", type=float, default=1.0, help="ARGS λ")
-    parser.add_argument("--max-new-tokens", type=int, help="new tokens per prompt (default 24; 12 with --quick)")
-    parser.add_argument("--reps", type=int, default=3, help="fresh/reused alternations of the shared-prefill timing")
+    parser.add_argument("--k", type=count, default=10, help="ARGS top-k")
+    parser.add_argument("--lam", type=non_negative, default=1.0, help="ARGS λ")
+    parser.add_argument("--max-new-tokens", type=count, help="new tokens per prompt (default 24; 12 with --quick)")
+    parser.add_argument("--reps", type=count, default=3, help="fresh/reused alternations of the shared-prefill timing")
     parser.add_argument("--shared-prefill-only", action="store_true",
                         help="time only the shared prompt prefill (skips greedy, batch 1, the reference, the floor)")
     return parser.parse_args()

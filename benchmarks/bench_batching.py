@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from common import emit, machine, news_query_pairs, peak_memory_mib
+from common import count, emit, machine, news_query_pairs, peak_memory_mib
 
 from persalign.engine.batching import default_budget, padding_ratio, plan_batches
 
@@ -121,8 +121,8 @@ def time_pass(which: str, mode: str, limit: int | None, budget: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--time", action="store_true", help="also time the three passes both ways")
-    parser.add_argument("--limit", type=int, default=None, help="query items per set (default: all)")
-    parser.add_argument("--budget", type=int, default=default_budget("cpu"), help="token budget of the sorted plan")
+    parser.add_argument("--limit", type=count, default=None, help="query items per set (default: all)")
+    parser.add_argument("--budget", type=count, default=default_budget("cpu"), help="token budget of the sorted plan")
     parser.add_argument("--only", choices=("data_order", "sorted"), help="time one batching only")
     parser.add_argument("--child", nargs=2, metavar=("SET", "MODE"), help=argparse.SUPPRESS)
     args = parser.parse_args()

@@ -21,7 +21,7 @@ import argparse
 import copy
 
 import torch
-from common import emit, machine
+from common import count, emit, machine
 
 from persalign.core.prompts import PromptFormatter
 from persalign.data.demo_authors import demo_records
@@ -87,8 +87,8 @@ def compare(prompts: int, steps: int, top_k: int = 10) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--prompts", type=count, default=16)
+    parser.add_argument("--steps", type=count, default=8)
     args = parser.parse_args()
     emit({"benchmark": "bf16_vs_fp32", "machine": machine(), **compare(args.prompts, args.steps)})
 

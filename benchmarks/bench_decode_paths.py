@@ -24,7 +24,7 @@ import statistics
 import time
 
 import torch
-from common import emit, machine, news_query_pairs, peak_memory_mib
+from common import count, emit, machine, news_query_pairs, peak_memory_mib
 
 from persalign.core.prompts import PromptFormatter
 from persalign.engine.decoding import decode, greedy, left_pad
@@ -61,10 +61,10 @@ def timed_runs(fn, reps: int) -> tuple[list, list[float]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--batch", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=24)
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--prompts", type=count, default=16)
+    parser.add_argument("--batch", type=count, default=16)
+    parser.add_argument("--max-new-tokens", type=count, default=24)
+    parser.add_argument("--reps", type=count, default=3)
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
     if args.quick:

@@ -31,7 +31,7 @@ import time
 
 import torch
 from bench_args import reference_args
-from common import emit, machine
+from common import count, emit, machine
 from tokenizers import Tokenizer, models
 from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
@@ -188,11 +188,11 @@ def parser() -> argparse.ArgumentParser:
     parse = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parse.add_argument("--archs", nargs="+", default=["qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b"],
                        choices=sorted(ARCHITECTURES))
-    parse.add_argument("--batches", nargs="+", type=int, default=[1, 16, 64])
-    parse.add_argument("--batch1-prompts", type=int, default=4, help="prompts decoded one at a time at batch 1")
-    parse.add_argument("--reference-prompts", type=int, default=2, help="prompts the slow reference design runs")
-    parse.add_argument("--max-new", type=int, default=24, help="new tokens per prompt")
-    parse.add_argument("--k", type=int, default=10, help="ARGS top-k")
+    parse.add_argument("--batches", nargs="+", type=count, default=[1, 16, 64])
+    parse.add_argument("--batch1-prompts", type=count, default=4, help="prompts decoded one at a time at batch 1")
+    parse.add_argument("--reference-prompts", type=count, default=2, help="prompts the slow reference design runs")
+    parse.add_argument("--max-new", type=count, default=24, help="new tokens per prompt")
+    parse.add_argument("--k", type=count, default=10, help="ARGS top-k")
     parse.add_argument("--device", default="auto")
     return parse
 

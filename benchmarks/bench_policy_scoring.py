@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 import torch
-from common import emit, machine, news_query_pairs, peak_memory_mib
+from common import count, emit, machine, news_query_pairs, non_negative, peak_memory_mib
 
 from persalign.core.prompts import PromptFormatter
 from persalign.core.registry import METHODS
@@ -54,8 +54,8 @@ def runner_path(policy, method, backbone, users, prompts, responses, batch_size:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="8 pairs instead of 48")
-    parser.add_argument("--pairs", type=int, default=None, help="number of query pairs")
-    parser.add_argument("--lam", type=float, default=1.0, help="the λ of Eq. 5-6")
+    parser.add_argument("--pairs", type=count, default=None, help="number of query pairs")
+    parser.add_argument("--lam", type=non_negative, default=1.0, help="the λ of Eq. 5-6")
     args = parser.parse_args()
     n = args.pairs or (8 if args.quick else 48)
     torch.manual_seed(0)

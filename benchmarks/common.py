@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import platform
 import resource
 import sys
@@ -43,3 +45,49 @@ def news_query_pairs(limit: int | None = None):
 def emit(result: dict) -> None:
     """Print the figures as the benchmark's last line (one JSON object)."""
     print(json.dumps(result))
+
+
+# --- what each benchmark option may be: argparse types, so a bad value ends in argparse's one line, exit 2 ---
+def count(text: str) -> int:
+    """A whole number >= 1 (prompts, tokens, repetitions, batch sizes)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """A finite number >= 0 (ARGS's λ)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text!r}")
+    return value
+
+
+def share(text: str) -> float:
+    """A share in (0, 1] (of a GPU's peak)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and 0 < value <= 1):
+        raise argparse.ArgumentTypeError(f"must be a share in (0, 1], not {text!r}")
+    return value
+
+
+def existing_file(text: str) -> str:
+    if not Path(text).is_file():
+        raise argparse.ArgumentTypeError(f"{text}: no such file")
+    return text
+
+
+def existing_folder(text: str) -> str:
+    if not Path(text).is_dir():
+        raise argparse.ArgumentTypeError(f"{text}: no such folder")
+    return text

@@ -16,6 +16,7 @@ import argparse
 
 import numpy as np
 
+from common import count
 from persalign.analysis.paired import crossfit_comparison
 
 CASES = {"near-ties in both groups": np.array([5.0, 4.5, 2.0, 1.0, 0.5, 0.0, -2.0]),
@@ -42,7 +43,7 @@ def coverage(truth: np.ndarray, users: int, repetitions: int, noise: float = 3.0
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repetitions", type=int, default=400)
+    parser.add_argument("--repetitions", type=count, default=400)
     parser.add_argument("--cases", nargs="*", choices=list(CASES), help="default: every case")
     args = parser.parse_args()
     print("| case | users | coverage of max − max | mean estimate − (max − max) |")

@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import count  # noqa: E402
 from persalign.analysis.correlations import correlate  # noqa: E402
 from persalign.analysis.intervals import correlation_interval  # noqa: E402
 from tests.test_true_correlation import coverage  # noqa: E402  (the tests' simulated studies and loop)
@@ -37,7 +38,7 @@ def row(statistic: str, methods: int, reliability: float, rho: float, repetition
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repetitions", type=int, default=1000)
+    parser.add_argument("--repetitions", type=count, default=1000)
     parser.add_argument("--statistics", nargs="+", default=["pearson", "spearman", "kendall"])
     args = parser.parse_args()
     print("| statistic | methods | reliability | true ρ | true-means coverage | printed "

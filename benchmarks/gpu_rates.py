@@ -24,6 +24,7 @@ import json
 from pathlib import Path
 
 from bench_gpu import ARCHITECTURES, bench_inputs, prompts_at
+from common import existing_file
 
 from persalign.engine.cost import args_work, forward_flops, greedy_work
 from persalign.runner.counted_plan import NO_HEAD, shape_from_config
@@ -69,7 +70,7 @@ def rates_from(timing: dict) -> dict:
 
 def main() -> None:
     parse = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parse.add_argument("timing", help="gpu_check.json (its timing step) or a bench_gpu.py result")
+    parse.add_argument("timing", type=existing_file, help="gpu_check.json (its timing step) or a bench_gpu.py result")
     parse.add_argument("-o", "--out", required=True, help="where the rates file is written")
     args = parse.parse_args()
     record = json.loads(Path(args.timing).read_text())

@@ -132,11 +132,17 @@ def markdown(result: dict) -> list[str]:
 
 
 def main() -> None:
+    from common import existing_file
+    from persalign.planner.plan import GPU_PEAKS
+
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--gpu", default="h100", help="the planner's GPU column to compare with")
-    parser.add_argument("--rates", help="a GPU's measured rates (benchmarks/gpu_rates.py) for a second column")
-    parser.add_argument("--recorded", help="a gpu_check.json whose study step ran: compare its seconds, run nothing")
+    parser.add_argument("--gpu", default="h100", choices=sorted(GPU_PEAKS),
+                        help="the planner's GPU column to compare with")
+    parser.add_argument("--rates", type=existing_file,
+                        help="a GPU's measured rates (benchmarks/gpu_rates.py) for a second column")
+    parser.add_argument("--recorded", type=existing_file,
+                        help="a gpu_check.json whose study step ran: compare its seconds, run nothing")
     parser.add_argument("--out", default=".", help="folder of study.log")
     args = parser.parse_args()
     overrides = [f"device={args.device}"]

@@ -26,7 +26,7 @@ import functools
 import json
 from pathlib import Path
 
-from common import ROOT, emit
+from common import ROOT, emit, existing_file, share
 
 from persalign.core.config import load_config
 from persalign.planner.plan import GPU_PEAKS, Design, design_of, shape_from_config, stage_work
@@ -177,9 +177,9 @@ def disk_row(design: Design, size: str) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--bench", type=Path, help="bench_scales.py's output (JSON lines)")
+    parser.add_argument("--bench", type=lambda t: Path(existing_file(t)), help="bench_scales.py's output (JSON lines)")
     parser.add_argument("--config", default=str(ROOT / "configs" / "study_news_full.yaml"))
-    parser.add_argument("--utilisation", type=float, default=0.3, help="share of the H100's dense bf16 peak")
+    parser.add_argument("--utilisation", type=share, default=0.3, help="share of the H100's dense bf16 peak")
     args = parser.parse_args()
     config = load_config(args.config, [])
     design = paper_design(design_of(config), config.split.heldout_fraction, config.split.support_fraction)

@@ -1,0 +1,62 @@
+"""Every numeric or path option of the benchmark scripts refuses a bad value in argparse's one line, exit 2,
+before any model is built or any file written (issue #56). Run in this process: each script's `main()` with
+the bad option; argparse stops it while it reads its arguments.
+
+    pytest tests/test_benchmark_options.py
+"""
+
+from __future__ import annotations
+
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+COUNT = "must be a whole number >= 1"
+CASES = [  # script, arguments, what the one line says
+    ("bench_args.py", ["--k", "0"], COUNT), ("bench_args.py", ["--lam", "nan"], "must be a finite number >= 0"),
+    ("bench_args.py", ["--lam", "-1"], "must be a finite number >= 0"),
+    ("bench_args.py", ["--max-new-tokens", "-3"], COUNT), ("bench_args.py", ["--reps", "0"], COUNT),
+    ("bench_batching.py", ["--limit", "0"], COUNT), ("bench_batching.py", ["--budget", "-1"], COUNT),
+    ("bench_bf16.py", ["--prompts", "0"], COUNT), ("bench_bf16.py", ["--steps", "x"], COUNT),
+    ("bench_decode_paths.py", ["--prompts", "0"], COUNT), ("bench_decode_paths.py", ["--batch", "0"], COUNT),
+    ("bench_decode_paths.py", ["--max-new-tokens", "0"], COUNT), ("bench_decode_paths.py", ["--reps", "0"], COUNT),
+    ("bench_gpu.py", ["--batches", "1", "0"], COUNT), ("bench_gpu.py", ["--batch1-prompts", "0"], COUNT),
+    ("bench_gpu.py", ["--reference-prompts", "0"], COUNT), ("bench_gpu.py", ["--max-new", "0"], COUNT),
+    ("bench_gpu.py", ["--k", "0"], COUNT), ("bench_gpu.py", ["--archs", "qwen9"], "invalid choice"),
+    ("bench_policy_scoring.py", ["--pairs", "0"], COUNT),
+    ("bench_policy_scoring.py", ["--lam", "inf"], "must be a finite number >= 0"),
+    ("bench_floor.py", ["--from-run", "/nonexistent/run"], "no such folder"),
+    ("bench_study.py", ["--from-run", "/nonexistent/run"], "no such folder"),
+    ("coverage_finding3.py", ["--repetitions", "0"], COUNT),
+    ("coverage_true_correlation.py", ["--repetitions", "-5"], COUNT),
+    ("paper_scale.py", ["--bench", "/nonexistent.jsonl"], "no such file"),
+    ("paper_scale.py", ["--utilisation", "0"], "must be a share in (0, 1]"),
+    ("paper_scale.py", ["--utilisation", "1.5"], "must be a share in (0, 1]"),
+    ("gpu_rates.py", ["/nonexistent.json", "-o", "/tmp/x.json"], "no such file"),
+    ("gpu_study.py", ["--gpu", "h900"], "invalid choice"),
+    ("gpu_study.py", ["--recorded", "/nonexistent.json"], "no such file"),
+    ("gpu_study.py", ["--rates", "/nonexistent.json"], "no such file"),
+    ("bench_scales.py", ["--sizes", "70b"], "invalid choice"),
+]
+
+
+@pytest.mark.parametrize("script, arguments, problem", CASES, ids=[f"{s}{' '.join(a)}" for s, a, _ in CASES])
+def test_a_bad_benchmark_option_is_one_line(script, arguments, problem, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    monkeypatch.setattr(sys, "argv", [script, *arguments])
+    with pytest.raises(SystemExit) as stopped:
+        runpy.run_path(str(BENCHMARKS / script), run_name="__main__")
+    error = capsys.readouterr().err.strip().splitlines()
+    assert stopped.value.code == 2 and problem in error[-1], error
+    assert "Traceback" not in "\n".join(error)
+
+
+def test_every_numeric_option_of_every_benchmark_is_checked():
+    """No `type=int` or `type=float` is left in a benchmark's options: each goes through common.py's types."""
+    loose = [f"{p.name}:{n}" for p in sorted(BENCHMARKS.glob("*.py"))
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if "add_argument" in line and ("type=int" in line or "type=float" in line)]
+    assert not loose, loose
