@@ -18,6 +18,7 @@ LAYERS = [  # the tree names them (issue #53): `ls src/persalign` reads as this 
     {"runner"},
     {"analysis"},
     {"report", "planner"},
+    {"api"},
     {"cli"},
 ]
 LAYER = {name: level for level, names in enumerate(LAYERS) for name in names}

@@ -26,15 +26,15 @@ from persalign.core.files import escape_controls
 
 
 def _cmd_run(args) -> None:
+    from persalign.api.runs import run
     from persalign.core.config import load_config
     from persalign.report.terminal import closing_summary
-    from persalign.runner.run import run
 
     config = load_config(args.config, args.overrides)
     _check_wandb(args)
-    store = run(config, args.output or f"runs/{config.name}", log=_log(args), backend=_backend(args))
-    say(closing_summary(store.root))
-    _log_to_wandb(args, [store.root])
+    finished = run(config, args.output, log=_log(args), backend=_backend(args))
+    say(closing_summary(finished.path))
+    _log_to_wandb(args, [finished.path])
 
 
 def say(*parts, file=None) -> None:
@@ -86,14 +86,13 @@ def _backend(args):
 
 def _cmd_report(args) -> int:
     """Exit 1 (report still written) when planned cells are absent or damaged."""
-    from persalign.report.markdown import build_report
+    from persalign.api.runs import Run
 
+    report = Run(args.run_dir).report(args.format)
     if args.format == "html":
-        from persalign.report.html import build_html_report
-
-        print(f"wrote {build_html_report(args.run_dir)}")
+        print(f"wrote {report}")
     else:
-        say(build_report(args.run_dir))
+        say(report)
     return _warn_incomplete(args.run_dir)
 
 
@@ -114,14 +113,10 @@ def _warn_incomplete(run_dir) -> int:
 
 
 def _cmd_export(args) -> int:
-    from persalign.core.errors import ConfigError
+    from persalign.api.runs import Run
     from persalign.core.files import write_atomic
-    from persalign.report.results import export
-    from persalign.runner.store import RunStore
 
-    if not RunStore(args.run_dir).all_metrics():  # nothing to export (the csv read absent columns: KeyError)
-        raise ConfigError(f"{args.run_dir}: no finished cell to export; run (or resume) it first")
-    text = export(args.run_dir, args.format, costs=args.costs)
+    text = Run(args.run_dir).export(args.format, costs=args.costs)
     if args.output:
         write_atomic(Path(args.output), text)
         print(f"wrote {args.output}")
@@ -141,17 +136,15 @@ def _cmd_data_summary(args) -> None:
 
 
 def _cmd_plan(args) -> None:
+    from persalign.api.runs import plan
     from persalign.core.config import load_config
-    from persalign.planner.plan import GPU_PEAKS, PlanOptions, check_from_run, check_plan_options, plan_report
-    from persalign.runner.plan import check_methods
+    from persalign.planner.plan import GPU_PEAKS, PlanOptions, check_plan_options
 
     check_plan_options(args)  # before the config, the data and the minute of rate measurement
     config = load_config(args.config, args.overrides)
-    check_methods(config)
-    check_from_run(args.from_run, config)
     peak = args.gpu_tflops or GPU_PEAKS[args.gpu]
-    say(plan_report(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown,
-                                        gpu_rates=args.gpu_rates)))
+    say(plan(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown,
+                                 gpu_rates=args.gpu_rates)))
 
 
 def _cmd_list(args) -> None:
