@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from common import emit, existing_folder, machine
+from common import emit, run_folder, machine
 
 from persalign.engine.cost import ModelShape, forward_flops
 from persalign.planner.machine_rates import measure_rates
@@ -132,7 +132,7 @@ def other_stages(seconds: dict, metered: dict, prefill_rate: float) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--from-run", required=True, type=existing_folder,
+    parser.add_argument("--from-run", required=True, type=run_folder,
                         help="a finished run directory (RUN_DIR with cells/)")
     parser.add_argument("--quick", action="store_true", help="1 timed repetition per rate instead of 5")
     args = parser.parse_args()

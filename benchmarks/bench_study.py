@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import emit, existing_folder, machine
+from common import emit, run_folder, machine
 
 
 def run_figures(run_dir: Path) -> dict:
@@ -96,7 +96,7 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides passed on to the study")
     parser.add_argument("-o", "--output", help="study directory (default: a fresh temporary one)")
     parser.add_argument("--warm", action="store_true", help="keep the usual cache instead of an empty one")
-    parser.add_argument("--from-run", type=lambda t: Path(existing_folder(t)),
+    parser.add_argument("--from-run", type=lambda t: Path(run_folder(t)),
                         help="only read this finished run directory")
     parser.add_argument("--no-floor", action="store_true", help="skip seconds ÷ floor per stage (bench_floor.py)")
     args = parser.parse_intermixed_args()  # overrides may follow --quick

@@ -91,3 +91,10 @@ def existing_folder(text: str) -> str:
     if not Path(text).is_dir():
         raise argparse.ArgumentTypeError(f"{text}: no such folder")
     return text
+
+
+def run_folder(text: str) -> str:
+    """A folder `persalign run -o` wrote (it holds config.yaml)."""
+    if not (Path(existing_folder(text)) / "config.yaml").is_file():
+        raise argparse.ArgumentTypeError(f"{text}: not a run folder (no config.yaml)")
+    return text

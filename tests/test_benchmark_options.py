@@ -30,6 +30,8 @@ CASES = [  # script, arguments, what the one line says
     ("bench_policy_scoring.py", ["--lam", "inf"], "must be a finite number >= 0"),
     ("bench_floor.py", ["--from-run", "/nonexistent/run"], "no such folder"),
     ("bench_study.py", ["--from-run", "/nonexistent/run"], "no such folder"),
+    ("bench_study.py", ["--from-run", "/"], "not a run folder (no config.yaml)"),
+    ("bench_floor.py", ["--from-run", "/"], "not a run folder (no config.yaml)"),
     ("coverage_finding3.py", ["--repetitions", "0"], COUNT),
     ("coverage_true_correlation.py", ["--repetitions", "-5"], COUNT),
     ("paper_scale.py", ["--bench", "/nonexistent.jsonl"], "no such file"),
