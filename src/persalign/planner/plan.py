@@ -8,7 +8,7 @@ Time on this machine is that work at the rates measured here
 (persalign/planner/machine_rates.py), times a stated slowdown (the full-size news study
 ran at 1.35× its floor, docs/benchmarks.md); on a GPU it is the work at a stated
 peak × utilisation, labelled a projection. What the design can detect comes
-from planning_power.py. Its options are checked before any work, a --from-run must be a finished run of
+from planner/power.py. Its options are checked before any work, a --from-run must be a finished run of
 the same data, and this machine's measured rates are kept between plans (issue #56).
 
     persalign plan demo
@@ -93,9 +93,8 @@ def plan_report(config, options: PlanOptions) -> str:
     lines += [f"Upper bounds: every output max_new_tokens ({config.generation.max_new_tokens}) long, every ARGS cell "
               f"steering; training not projected (heads are cheap; P-DPO is not). This machine: work ÷ its measured "
               f"rates (decode {rates['decode']:.0f}, prefill {rates['prefill']:.0f} GFLOP/s) × {options.slowdown:g}. "
-              "The GPU "
-              f"column counts FLOPs only: on an H200 decoding ran 70–290× slower than it (per-step overheads, "
-              f"docs/scale-out.md); --gpu-rates FILE adds a column at a GPU's measured rates.", ""]
+              "The GPU column counts FLOPs only: on an H200 decoding ran 70–290× slower than it (per-step overheads, "
+              "docs/scale-out.md); --gpu-rates FILE adds a column at a GPU's measured rates.", ""]
     lines += power_lines(design, components, here, options)
     return "\n".join(lines)
 
@@ -111,6 +110,7 @@ def stage_table(work: dict, here: dict, options: PlanOptions, policy: tuple[floa
     extra = (" | " + f"GPU at measured rates (min, {label})", "---|") if measured else ("", "")
     lines = [f"| stage | counted TFLOP | this machine (h) | GPU projection (min, {options.gpu_tflops:g} TFLOP/s × "
              f"{options.utilisation:g}){extra[0]} |", "|---|---|---|---|" + extra[1]]
+
     def pick(seconds: dict, stage: str) -> float:
         return sum(seconds.values()) if stage == "total" else seconds[stage]
 
