@@ -73,6 +73,13 @@ class Run:
                             "table": verdict_frame(rows)})
         return out
 
+    def deployment(self, label: str, seed: int | None = None, policy: str | None = None):
+        """One of the run's deployments (the label the report shows), ready to generate for the run's users:
+        `run.deployment("ICL-RAG (4-shot)").generate(user, prompts)` (persalign/api/deploy.py)."""
+        from persalign.api.deploy import RunDeployment
+
+        return RunDeployment(self, label, seed, policy)
+
     def report(self, format: str = "md") -> str | Path:  # noqa: A002  (the CLI's option name)
         """report.md's text ("md"), or the path of the self-contained report.html ("html")."""
         if format == "html":

@@ -221,8 +221,26 @@ def _terminate_like_interrupt():
         signal.signal(signal.SIGTERM, previous)
 
 
+def _cmd_generate(args) -> None:
+    """Each prompt's output on its own line (standard output); what it took on standard error."""
+    import time
+
+    from persalign.api.runs import Run
+
+    prompts = list(args.prompts)
+    if args.file:
+        prompts += [line for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line.strip()]
+    if not prompts:
+        raise PersalignError("generate: no prompt (give PROMPT or --file)")
+    started = time.perf_counter()
+    for text in Run(args.run_dir).deployment(args.deployment, args.seed, args.policy).generate(args.user, prompts):
+        say(text)
+    say(f"generated {len(prompts)} output(s) in {time.perf_counter() - started:.1f} s (the run's models loaded "
+        "and the trained component read back included)", file=sys.stderr)
+
+
 HANDLERS = {"run": _cmd_run, "study": _cmd_study, "report": _cmd_report, "export": _cmd_export,
-            "summary": _cmd_data_summary, "plan": _cmd_plan, "list": _cmd_list}
+            "summary": _cmd_data_summary, "plan": _cmd_plan, "list": _cmd_list, "generate": _cmd_generate}
 
 
 def _quiet_stderr(args):
@@ -242,7 +260,14 @@ def _quiet_broken_pipe() -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     overrides, rest = split_overrides(argv)
-    args = build_parser(HANDLERS).parse_args(rest)
+    parser = build_parser(HANDLERS)
+    if overrides and "generate" in rest[:1]:  # generate takes no overrides: `a=b` is a prompt
+        rest = argv
+    args, extra = parser.parse_known_args(rest)
+    if extra and getattr(args, "prompts", None) is not None and not any(e.startswith("-") for e in extra):
+        args.prompts += extra  # PROMPT after the options (argparse gives a trailing list only one place)
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if not sys.stderr.isatty():  # the model hub's and transformers' own bars ("Loading weights") too;
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # read when they are first imported
     if hasattr(args, "overrides"):

@@ -49,6 +49,9 @@ EXAMPLES = {
     "plan": """examples:
   persalign plan demo
   persalign plan configs/study_news.yaml --from-run runs/study/news --budget-hours 2 --gpu h100""",
+    "generate": """examples:
+  persalign generate runs/demo/demo --deployment "ICL-RAG (4-shot)" --user author-03 "Storm closes the harbour"
+  persalign generate runs/demo/demo --deployment LoRE --user author-03 --file prompts.txt""",
     "list": """examples:
   persalign list
   persalign list --method pal""",
@@ -57,7 +60,7 @@ EXAMPLES = {
 OVERRIDES_HELP = "config overrides such as seeds=[0,1] or generation.batch_size=8"
 OPTIONS_WITH_A_VALUE = {"-o", "--output", "--address", "--num-cpus", "--num-gpus", "--max-retries", "--format",
                         "--from-run", "--budget-hours", "--gpu", "--gpu-tflops", "--utilisation", "--slowdown",
-                        "--gpu-rates"}
+                        "--gpu-rates", "--deployment", "--user", "--file", "--seed", "--policy"}
 OVERRIDE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*=")
 
 
@@ -134,6 +137,17 @@ def _add_export_arguments(export: argparse.ArgumentParser) -> None:
     export.add_argument("-o", "--output", help="write to this file (default: standard output)")
 
 
+def _add_generate_arguments(generate: argparse.ArgumentParser) -> None:
+    generate.add_argument("run_dir", help="a directory written by `persalign run`")
+    generate.add_argument("prompts", nargs="*", metavar="PROMPT", help="inputs of the run's task (e.g. an article "
+                          "to write a headline for); one output each")
+    generate.add_argument("--deployment", required=True, metavar="NAME", help="a deployment as the report names it")
+    generate.add_argument("--user", required=True, help="one of the run's adaptation users")
+    generate.add_argument("--file", help="prompts, one per line (beside or instead of PROMPT)")
+    generate.add_argument("--seed", type=int, help="the cell of this seed (default: the run's first)")
+    generate.add_argument("--policy", help="the cell of this policy model (default: the run's first)")
+
+
 def build_parser(handlers: dict) -> argparse.ArgumentParser:
     """The whole command line; `handlers` maps each subcommand to the function that runs it."""
     parser = argparse.ArgumentParser(prog="persalign", description=ABOUT, epilog=GETTING_STARTED,
@@ -162,6 +176,9 @@ def build_parser(handlers: dict) -> argparse.ArgumentParser:
 
     _add_export_arguments(_command(commands, "export", "a run's results for other programs (docs/results-json.md)",
                                    handlers["export"]))
+
+    _add_generate_arguments(_command(commands, "generate", "generate with a finished run's deployment for one of "
+                                     "its users", handlers["generate"]))
 
     data = commands.add_parser("data", help="inspect data sets")
     data_commands = data.add_subparsers(dest="data_command", required=True)
