@@ -7,7 +7,7 @@ soft prompt), and the cell's registered decoder. A prompt the run already answer
 example again, so its stored generation comes back exactly; another prompt is a new example of the same user.
 Users are the run's adaptation users (a new user's adaptation on the fly is not built).
 
-    persalign generate runs/demo/demo --deployment "ICL-RAG (4-shot)" --user author-03 "Storm closes the harbour"
+    persalign generate runs/demo/demo --deployment "ICL-RAG (4-shot)" --user "Abe Local" "Storm closes the harbour"
 """
 
 from __future__ import annotations

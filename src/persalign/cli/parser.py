@@ -50,8 +50,8 @@ EXAMPLES = {
   persalign plan demo
   persalign plan configs/study_news.yaml --from-run runs/study/news --budget-hours 2 --gpu h100""",
     "generate": """examples:
-  persalign generate runs/demo/demo --deployment "ICL-RAG (4-shot)" --user author-03 "Storm closes the harbour"
-  persalign generate runs/demo/demo --deployment LoRE --user author-03 --file prompts.txt""",
+  persalign generate runs/demo/demo --deployment "ICL-RAG (4-shot)" --user "Abe Local" "Storm closes the harbour"
+  persalign generate runs/demo/demo --deployment LoRE --user "Abe Local" --file prompts.txt""",
     "list": """examples:
   persalign list
   persalign list --method pal""",
