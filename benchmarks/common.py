@@ -48,37 +48,22 @@ def emit(result: dict) -> None:
 
 
 # --- what each benchmark option may be: argparse types, so a bad value ends in argparse's one line, exit 2 ---
-def count(text: str) -> int:
-    """A whole number >= 1 (prompts, tokens, repetitions, batch sizes)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, not {text!r}")
-    return value
+def _checked(convert, ok, rule: str):
+    """An argparse type: `convert(text)` when it converts and `ok` holds, else argparse's one line with `rule`."""
+    def check(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            value = None
+        if value is None or not ok(value):
+            raise argparse.ArgumentTypeError(f"must be {rule}, not {text!r}")
+        return value
+    return check
 
 
-def non_negative(text: str) -> float:
-    """A finite number >= 0 (ARGS's λ)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, not {text!r}")
-    return value
-
-
-def share(text: str) -> float:
-    """A share in (0, 1] (of a GPU's peak)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not (math.isfinite(value) and 0 < value <= 1):
-        raise argparse.ArgumentTypeError(f"must be a share in (0, 1], not {text!r}")
-    return value
+count = _checked(int, lambda v: v >= 1, "a whole number >= 1")  # prompts, tokens, repetitions, batch sizes
+non_negative = _checked(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")  # ARGS's λ
+share = _checked(float, lambda v: math.isfinite(v) and 0 < v <= 1, "a share in (0, 1]")  # of a GPU's peak
 
 
 def existing_file(text: str) -> str:
