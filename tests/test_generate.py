@@ -58,3 +58,15 @@ def test_the_command_prints_the_stored_generation(finished, capsys):
     assert capsys.readouterr().out.splitlines()[-1] == row["generation"]
     line = cli_error(capsys, ["generate", str(finished.path), "--deployment", "Zero-Shot", "--user", "nobody", "x"])
     assert line.startswith("persalign: error: user 'nobody': not an adaptation user of this run")
+
+
+def test_the_rl_leg_gives_back_its_stored_generation(tmp_path):
+    """The RL deployment (`METHOD (RL)`): the policy with the tuned LoRA adapter the run stored."""
+    rl = [a for a in TINY if not a.startswith(("seeds", "split.max_query"))] + [
+        "seeds=[0]", "decoders=[{name: zero_shot}]", "methods=[{name: global_rm}]", "reward.epochs=2",
+        "args.enabled=false", "rl.enabled=true", "rl.steps=1", "rl.generations=2", "split.max_query_per_user=2"]
+    finished = persalign.run(load_config("demo-baselines", rl), tmp_path / "run")
+    row = finished.rows().query("deployment == 'Global RM (RL)'").iloc[0]
+    deployment = finished.deployment("Global RM (RL)")
+    assert deployment.generate(row["user"], [row["prompt"]]) == [row["generation"]]
+    assert deployment.planned.decoder == "rl"
