@@ -61,7 +61,7 @@ def planner_gpu_seconds(overrides: list[str], gpu: str, rates: str | None) -> di
     times them."""
     from persalign.core.config import load_config
     from persalign.models.checks import policy_config
-    from persalign.planner.plan import GPU_PEAKS, PlanOptions, gpu_rates_for, projected_seconds
+    from persalign.planner.plan import GPU_PEAKS, PlanOptions, generation_rows, gpu_rates_for, projected_seconds
     from persalign.runner.counted_plan import design_of, shape_from_config, stage_work
 
     config = load_config(str(CONFIG), overrides)
@@ -71,8 +71,8 @@ def planner_gpu_seconds(overrides: list[str], gpu: str, rates: str | None) -> di
     utilisation = PlanOptions().utilisation
     at_rates = {}
     if rates:
-        rows = max(1, min(config.generation.batch_size, design.query_items))  # as `persalign plan` projects
-        at_rates = projected_seconds(work, gpu_rates_for(rates, shape.body_params, rows)[0], 1.0)
+        rates_here = gpu_rates_for(rates, shape.body_params, generation_rows(config, design))[0]
+        at_rates = projected_seconds(work, rates_here, 1.0)
     merged = {"flops": {}, "peak": {}, "rates": {}}
     for stage, value in work.items():
         key = "generation" if stage.startswith("generation") else stage

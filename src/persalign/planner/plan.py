@@ -88,8 +88,7 @@ def plan_report(config, options: PlanOptions) -> str:
              f"cells: {sum(design.cells.values())} (" + ", ".join(
                  f"{n} {kind}{f' {shots}-shot' if shots else ''}" for (kind, shots), n in design.cells.items())
              + f"); trained models: {design.trained}", ""]
-    rows = max(1, min(config.generation.batch_size, design.query_items))  # a generation batch holds at most these
-    lines += stage_table(work, here, options, (shape.body_params, rows))
+    lines += stage_table(work, here, options, (shape.body_params, generation_rows(config, design)))
     lines += [f"Upper bounds: every output max_new_tokens ({config.generation.max_new_tokens}) long, every ARGS cell "
               f"steering; training not projected (heads are cheap; P-DPO is not). This machine: work ÷ its measured "
               f"rates (decode {rates['decode']:.0f}, prefill {rates['prefill']:.0f} GFLOP/s) × {options.slowdown:g}. "
@@ -97,6 +96,12 @@ def plan_report(config, options: PlanOptions) -> str:
               "docs/scale-out.md); --gpu-rates FILE adds a column at a GPU's measured rates.", ""]
     lines += power_lines(design, components, here, options)
     return "\n".join(lines)
+
+
+def generation_rows(config, design: Design) -> int:
+    """The rows a generation batch really holds: the batch size, or fewer where the run has fewer query items
+    (the batch a GPU's measured rates are read at)."""
+    return max(1, min(config.generation.batch_size, design.query_items))
 
 
 def stage_table(work: dict, here: dict, options: PlanOptions, policy: tuple[float, int]) -> list[str]:
