@@ -7,11 +7,16 @@ generated is refused in one line.
 
 from __future__ import annotations
 
+import json
+
 import pytest
+import torch
 
 import persalign
+from persalign.api.new_user import NewUser, mined_pairs, read_new_users
 from persalign.core.config import load_config
 from persalign.core.errors import ConfigError
+from persalign.core.records import Comparison
 from tests.bad_input_helpers import cli_error
 from tests.test_runner import TINY
 
@@ -70,3 +75,65 @@ def test_the_rl_leg_gives_back_its_stored_generation(tmp_path):
     deployment = finished.deployment("Global RM (RL)")
     assert deployment.generate(row["user"], [row["prompt"]]) == [row["generation"]]
     assert deployment.planned.decoder == "rl"
+
+
+def twin_pairs(deployment, user: str, name: str = "Twin") -> list[Comparison]:
+    """A run user's own support pairs, stated by a new user."""
+    run_ctx = deployment._parts()[0]
+    by_id = {c.id: c for c in run_ctx.dataset.comparisons}
+    return [Comparison(f"{name}-{i}", name, by_id[i].prompt, by_id[i].chosen, by_id[i].rejected)
+            for i in run_ctx.split.support[user]]
+
+
+@pytest.mark.parametrize("label", ["LoRE", "ICL-RAG (2-shot)", "P-DPO"])
+def test_a_new_user_stating_a_run_users_pairs_is_adapted_to_that_user(finished, label):
+    """Adapted the way the run adapted its users: the same pairs give the same person (ARGS with a personalized
+    RM, retrieved demonstrations, P-DPO's soft prompt), so the run user's stored outputs come back."""
+    deployment = finished.deployment(label)
+    rows = finished.rows().query("deployment == @label")
+    user = rows["user"].iloc[0]
+    seconds = deployment.add_users({"Twin": NewUser("Twin", [], twin_pairs(deployment, user))})
+    mine = rows.query("user == @user")
+    assert deployment.generate("Twin", list(mine["prompt"])) == list(mine["generation"])
+    assert seconds > 0 and "Twin" in deployment.users()
+    trained = deployment._parts()[1].trained
+    if label == "LoRE":  # the user's weights themselves, not only the outputs (and they are the user's own)
+        (table,) = trained.method.user_tables().values()
+        rows_of = trained.method.users
+        other = next(u for u in rows_of if u not in (user, "Twin"))
+        assert torch.equal(table[rows_of["Twin"]], table[rows_of[user]])
+        assert not torch.equal(table[rows_of[other]], table[rows_of[user]])
+
+
+def test_a_new_users_texts_are_paired_with_negatives_mined_from_train_users(finished, tmp_path, capsys):
+    deployment = finished.deployment("LoRE")
+    run_ctx = deployment._parts()[0]
+    query = finished.rows().query("deployment == 'LoRE'")
+    texts = [{"user": "Nova", "prompt": p, "output": f"Nova's take {i}"} for i, p in enumerate(query["prompt"][:4])]
+    (tmp_path / "nova.jsonl").write_text("\n".join(json.dumps(t) for t in texts))
+    nova = read_new_users(tmp_path / "nova.jsonl")["Nova"]
+    pairs = mined_pairs(run_ctx, nova, seed=0)
+    train_texts = {c.chosen for c in run_ctx.dataset.comparisons if c.user in run_ctx.split.train_users}
+    assert [p.chosen for p in pairs] == [t["output"] for t in texts]
+    assert all(p.rejected in train_texts for p in pairs)
+    assert mined_pairs(run_ctx, nova, seed=0) == pairs  # seeded: the same negatives every time
+    from persalign import cli
+
+    assert cli.main(["generate", str(finished.path), "--deployment", "LoRE", "--new-users", str(tmp_path /
+                     "nova.jsonl"), "--user", "Nova", texts[0]["prompt"]]) == 0
+    out, err = capsys.readouterr()
+    assert "adapted 1 new user(s) (Nova) in " in err and "4 text(s), each paired with a hard negative" in err
+    assert len(out.strip().splitlines()) == 1
+
+
+def test_new_users_are_refused_in_one_line_where_they_cannot_be_adapted(finished, tmp_path, capsys):
+    user = finished.rows()["user"].iloc[0]
+    with pytest.raises(ConfigError, match="Best-of-N reranks the samples the run drew"):
+        finished.deployment("LoRE (Best-of-N)").add_users({"Nova": NewUser("Nova", [], [])})
+    with pytest.raises(ConfigError, match=f"new user {user!r}: already a user of this run"):
+        finished.deployment("LoRE").add_users({user: NewUser(user, [], [])})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"user": "Nova", "prompt": "a", "output": "b"}\n{"user": "Nova", "prompt": "a", "chosen": "b"}\n')
+    line = cli_error(capsys, ["generate", str(finished.path), "--deployment", "LoRE", "--new-users", str(bad),
+                              "--user", "Nova", "x"])
+    assert line == f"persalign: error: {bad}, record line 2: field 'rejected' is missing"

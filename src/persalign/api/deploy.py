@@ -5,12 +5,15 @@ The run's own code path, reopened from its folder: the stored config, the same d
 cell's trained component as the run stored it (a reward model with its users' adaptations and the chosen λ, P-DPO's
 soft prompt), and the cell's registered decoder. A prompt the run already answered for that user is that query
 example again, so its stored generation comes back exactly; another prompt is a new example of the same user.
-Users are the run's adaptation users (a new user's adaptation on the fly is not built).
+Users are the run's adaptation users, and new users adapted on the fly from a few of their texts or preferences
+the way the run adapted its own (`add_users`, persalign/api/new_user.py).
 
     persalign generate runs/demo/demo --deployment "ICL-RAG (4-shot)" --user "Abe Local" "Storm closes the harbour"
 """
 
 from __future__ import annotations
+
+import time
 
 from persalign.core.errors import ConfigError
 
@@ -34,7 +37,7 @@ class RunDeployment:
             seeds, policies = sorted({p.cell.seed for p in cells}), sorted({p.cell.policy for p in cells})
             raise ConfigError(f"{label}: no cell of seed {seed} and policy {policy} (seeds {seeds}, policies "
                               f"{policies})")
-        self.planned, self._ready = wanted[0], None
+        self.planned, self._ready, self.new_users = wanted[0], None, set()
 
     def _build(self):
         """The run context, the policy, the trained component and the decoder, as the run built them."""
@@ -49,16 +52,39 @@ class RunDeployment:
             ctx.trained = provide_trained(self.planned, policy_ctx, trained_providers(self.config, self.run.store))
         deployment = DECODERS.get(self.planned.decoder)(ctx)
         deployment.begin()  # e.g. ARGS reads the λ the run chose (lambda.json)
-        return run_ctx, deployment
+        return run_ctx, ctx, deployment
+
+    def _parts(self):
+        if self._ready is None:
+            self._ready = self._build()
+        return self._ready
+
+    def users(self) -> list[str]:
+        """Who this deployment writes for: the run's adaptation users, then the new users added."""
+        return sorted(self._parts()[0].split.adapt_users) + sorted(self.new_users)
+
+    def add_users(self, users: dict) -> float:
+        """Adapt new users (persalign.api.new_user.read_new_users: name -> NewUser) the way the run adapted its
+        own; the seconds it took. A user already in the run, or a deployment that cannot adapt, is refused."""
+        from persalign.api.new_user import add_new_user, check_adaptable
+
+        run_ctx, ctx, _ = self._parts()
+        known = set(run_ctx.split.adapt_users) | set(run_ctx.split.train_users) | self.new_users
+        for name in users:
+            check_adaptable(self.planned, ctx.trained, name, known)
+        started = time.perf_counter()
+        for name, user in users.items():
+            add_new_user(run_ctx, ctx, user)
+            self.new_users.add(name)
+        return time.perf_counter() - started
 
     def generate(self, user: str, prompts: list[str]) -> list[str]:
         """The deployment's output for `user` on each prompt, one prompt at a time (decoding is batch-invariant)."""
-        if self._ready is None:
-            self._ready = self._build()
-        run_ctx, deployment = self._ready
-        if user not in run_ctx.split.adapt_users:
+        run_ctx, _, deployment = self._parts()
+        if user not in run_ctx.split.adapt_users and user not in self.new_users:
             raise ConfigError(f"user {user!r}: not an adaptation user of this run ({len(run_ctx.split.adapt_users)} "
-                              f"are, e.g. {', '.join(sorted(run_ctx.split.adapt_users)[:3])})")
+                              f"are, e.g. {', '.join(sorted(run_ctx.split.adapt_users)[:3])}; a new user is "
+                              "adapted from their texts with --new-users FILE)")
         return [deployment.generate(deployment.prepare([self._example(run_ctx, user, p, i)])).texts[0]
                 for i, p in enumerate(prompts)]
 

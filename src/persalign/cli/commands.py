@@ -8,6 +8,8 @@
     persalign list                                  what is registered
     persalign list --method pal                     one method's settings, each documented
     persalign export runs/demo --format csv         one row per cell, for pandas
+    persalign generate RUN_DIR --deployment NAME --user USER PROMPT   a deployment's output for one user
+    persalign serve RUN_DIR --deployment NAME       the same as an OpenAI-compatible endpoint
 """
 
 from __future__ import annotations
@@ -222,25 +224,20 @@ def _terminate_like_interrupt():
 
 
 def _cmd_generate(args) -> None:
-    """Each prompt's output on its own line (standard output); what it took on standard error."""
-    import time
+    from persalign.cli.deployed import generate
 
-    from persalign.api.runs import Run
+    generate(args, say)
 
-    prompts = list(args.prompts)
-    if args.file:
-        prompts += [line for line in Path(args.file).read_text(encoding="utf-8").splitlines() if line.strip()]
-    if not prompts:
-        raise PersalignError("generate: no prompt (give PROMPT or --file)")
-    started = time.perf_counter()
-    for text in Run(args.run_dir).deployment(args.deployment, args.seed, args.policy).generate(args.user, prompts):
-        say(text)
-    say(f"generated {len(prompts)} output(s) in {time.perf_counter() - started:.1f} s (the run's models loaded "
-        "and the trained component read back included)", file=sys.stderr)
+
+def _cmd_serve(args) -> None:
+    from persalign.cli.deployed import serve
+
+    serve(args, say)
 
 
 HANDLERS = {"run": _cmd_run, "study": _cmd_study, "report": _cmd_report, "export": _cmd_export,
-            "summary": _cmd_data_summary, "plan": _cmd_plan, "list": _cmd_list, "generate": _cmd_generate}
+            "summary": _cmd_data_summary, "plan": _cmd_plan, "list": _cmd_list, "generate": _cmd_generate,
+            "serve": _cmd_serve}
 
 
 def _quiet_stderr(args):

@@ -51,7 +51,13 @@ EXAMPLES = {
   persalign plan configs/study_news.yaml --from-run runs/study/news --budget-hours 2 --gpu h100""",
     "generate": """examples:
   persalign generate runs/demo/demo --deployment "ICL-RAG (4-shot)" --user "Abe Local" "Storm closes the harbour"
-  persalign generate runs/demo/demo --deployment LoRE --user "Abe Local" --file prompts.txt""",
+  persalign generate runs/demo/demo --deployment LoRE --user "Abe Local" --file prompts.txt
+  persalign generate runs/demo/demo --deployment LoRE --new-users me.jsonl --user Me "Storm closes the harbour\"""",
+    "serve": """examples:
+  persalign serve runs/demo/demo --deployment "ICL-RAG (4-shot)"      # http://127.0.0.1:8000/v1
+  curl -s http://127.0.0.1:8000/v1/chat/completions -H 'Content-Type: application/json' -d '{"model": \\
+      "ICL-RAG (4-shot)", "user": "Abe Local", "messages": [{"role": "user", "content": "Storm closes the harbour"}]}'
+  (or the openai client: OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="-").chat.completions.create(...))""",
     "list": """examples:
   persalign list
   persalign list --method pal""",
@@ -137,15 +143,29 @@ def _add_export_arguments(export: argparse.ArgumentParser) -> None:
     export.add_argument("-o", "--output", help="write to this file (default: standard output)")
 
 
+def _add_deployment_arguments(command: argparse.ArgumentParser) -> None:
+    """What names one deployment of a finished run (generate and serve)."""
+    command.add_argument("run_dir", help="a directory written by `persalign run`")
+    command.add_argument("--deployment", required=True, metavar="NAME", help="a deployment as the report names it")
+    command.add_argument("--seed", type=int, help="the cell of this seed (default: the run's first)")
+    command.add_argument("--policy", help="the cell of this policy model (default: the run's first)")
+    command.add_argument("--new-users", metavar="FILE", help="people the run never saw, adapted first: JSON lines "
+                         "{user, prompt, output} (a text they wrote) or {user, prompt, chosen, rejected}")
+
+
 def _add_generate_arguments(generate: argparse.ArgumentParser) -> None:
-    generate.add_argument("run_dir", help="a directory written by `persalign run`")
+    _add_deployment_arguments(generate)
     generate.add_argument("prompts", nargs="*", metavar="PROMPT", help="inputs of the run's task (e.g. an article "
                           "to write a headline for); one output each")
-    generate.add_argument("--deployment", required=True, metavar="NAME", help="a deployment as the report names it")
-    generate.add_argument("--user", required=True, help="one of the run's adaptation users")
+    generate.add_argument("--user", required=True, help="one of the run's adaptation users (or a --new-users one)")
     generate.add_argument("--file", help="prompts, one per line (beside or instead of PROMPT)")
-    generate.add_argument("--seed", type=int, help="the cell of this seed (default: the run's first)")
-    generate.add_argument("--policy", help="the cell of this policy model (default: the run's first)")
+
+
+def _add_serve_arguments(serve: argparse.ArgumentParser) -> None:
+    _add_deployment_arguments(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this "
+                       "machine only; 0.0.0.0 opens it to every network the machine is on)")
+    serve.add_argument("--port", type=int, default=8000, help="the TCP port (default 8000)")
 
 
 def build_parser(handlers: dict) -> argparse.ArgumentParser:
@@ -179,6 +199,9 @@ def build_parser(handlers: dict) -> argparse.ArgumentParser:
 
     _add_generate_arguments(_command(commands, "generate", "generate with a finished run's deployment for one of "
                                      "its users", handlers["generate"]))
+    _add_serve_arguments(_command(commands, "serve", "serve a finished run's deployment as an OpenAI-compatible "
+                                  "chat-completions endpoint (the request's user field names the person)",
+                                  handlers["serve"]))
 
     data = commands.add_parser("data", help="inspect data sets")
     data_commands = data.add_subparsers(dest="data_command", required=True)

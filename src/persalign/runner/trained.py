@@ -137,9 +137,14 @@ class RewardBackbones:
             backbone = RewardBackbone(lm, f"{slug}-lora", trainable=not adapter.exists())
         backbone.batch_size = cfg.reward.feature_batch_size
         backbone.token_budget = cfg.generation.token_budget
-        budget = prompt_budget(cfg.generation.max_prompt_tokens, cfg.generation.max_new_tokens,
-                               context_length(backbone.lm.model.config))
-        return backbone, PromptFormatter(backbone.lm.tokenizer, task, budget)
+        return backbone, reward_formatter(cfg, backbone, task)
+
+
+def reward_formatter(config, backbone: RewardBackbone, task) -> PromptFormatter:
+    """How the reward model reads a prompt: its tokenizer, within the prompt budget its context leaves."""
+    budget = prompt_budget(config.generation.max_prompt_tokens, config.generation.max_new_tokens,
+                           context_length(backbone.lm.model.config))
+    return PromptFormatter(backbone.lm.tokenizer, task, budget)
 
 
 def trained_reward(ctx, backbones: RewardBackbones) -> TrainedReward:
