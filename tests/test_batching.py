@@ -105,6 +105,7 @@ def test_a_cell_runs_in_length_sorted_budget_batches_and_stores_rows_in_example_
     (before: fixed batches in data order), and rows.jsonl keeps the examples' order whatever the batching.
     ICL (issue #31) takes its users one after another (their queries share a cached prefix), shortest
     first within each user."""
+    from persalign.runner.resolve import resolve_run
     from persalign.runner.run import open_store, run, run_context
     from persalign.runner.store import Cell
 
@@ -113,7 +114,7 @@ def test_a_cell_runs_in_length_sorted_budget_batches_and_stores_rows_in_example_
                  "split.max_query_per_user=4", "decoders=[{name: zero_shot}, {name: icl, shots: 2}]"]
     config = load_config("demo-baselines", overrides)
     store = run(config, tmp_path / "run", log=lambda *_: None)
-    examples = run_context(config, open_store(config, tmp_path / "run", lambda *_: None)[0], lambda *_: None).examples
+    examples = run_context(config, open_store(resolve_run(config), tmp_path / "run", lambda *_: None)[0], lambda *_: None).examples
     for decoder in ("Zero-Shot", "ICL (2-shot)"):
         rows = store.read_rows(Cell("tiny-llama", decoder, 0))
         assert [row["id"] for row in rows] == [ex.id for ex in examples]

@@ -27,9 +27,10 @@ class RunDeployment:
         from persalign.runner.plan import plan
 
         self.run, self.config = run, from_dict(RunConfig, run.config(), where=str(run.path / "config.yaml"))
-        cells = [p for p in plan(self.config) if p.cell.decoder == label]
+        planned = plan(self.config)
+        cells = [p for p in planned if p.cell.decoder == label]
         if not cells:
-            labels = sorted({p.cell.decoder for p in plan(self.config)})
+            labels = sorted({p.cell.decoder for p in planned})
             raise ConfigError(f"{run.path}: no deployment {label!r} (this run's: {', '.join(labels)})")
         wanted = [p for p in cells
                   if (seed is None or p.cell.seed == seed) and (policy is None or p.cell.policy == policy)]

@@ -139,9 +139,11 @@ def plan(config: str | Path | RunConfig, options=None, **overrides) -> str:
     `options`: a persalign.planner.plan.PlanOptions (--from-run, --budget-hours, GPU settings)."""
     from persalign.planner.plan import PlanOptions, check_from_run, plan_report
     from persalign.runner.plan import check_methods
+    from persalign.runner.resolve import check_sizes
 
     resolved = resolve(config, overrides)
     options = options or PlanOptions()
     check_methods(resolved)
+    check_sizes(resolved)
     check_from_run(options.from_run, resolved)
     return plan_report(resolved, options)

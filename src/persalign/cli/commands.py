@@ -131,9 +131,11 @@ def _cmd_data_summary(args) -> None:
     from persalign.core.config import load_config
     from persalign.data.summary import summarize_data
     from persalign.runner.plan import check_methods
+    from persalign.runner.resolve import check_sizes
 
     config = load_config(args.config, args.overrides)
     check_methods(config)  # a method or setting the run would refuse is said now, not after the data is read
+    check_sizes(config)
     say(summarize_data(config))
 
 

@@ -3,8 +3,9 @@
 `config_checks` knows what a value may be in general; this module knows what
 this machine and these models allow: a device that is there, a cache folder
 that is a folder, ARGS's top-k within the vocabulary, and a generation length
-within the model's context. A refused config leaves nothing behind, so the
-corrected command starts cleanly.
+within the model's context. runner/resolve.py runs them once, before the run
+directory is made: a refused config leaves nothing behind, so the corrected
+command starts cleanly.
 
     persalign run demo device=cuda        # on a machine without CUDA: one line, exit 2
 """
@@ -75,19 +76,14 @@ def policy_tokenizer(name: str, cache_dir: str | None):
     return from_pretrained(AutoTokenizer, resolve_model_path(name, cache_dir), f"causal LM {name!r}")
 
 
-def check_models(config) -> None:
-    """Every policy's vocabulary and context against args.top_k and the generation length."""
-    for policy in config.policies:
-        vocab, context = model_limits(policy, config.cache_dir)
-        if config.methods and config.args.top_k > vocab:
-            raise ConfigError(f"config.args.top_k: {config.args.top_k} is not allowed (must be at most the "
-                              f"vocabulary of {policy!r}: {vocab} tokens)")
-        if context and config.generation.max_new_tokens >= context:
-            raise ConfigError(f"config.generation.max_new_tokens: {config.generation.max_new_tokens} is not allowed "
-                              f"(must leave room for the prompt in {policy!r}'s context of {context} tokens)")
+def check_model_limits(config, policy: str, model_config) -> None:
+    """A policy's vocabulary and context (from its `model_config`) against args.top_k and the generation length."""
+    from persalign.core.prompts import context_length
 
-
-def preflight(config) -> None:
-    check_device(config.device)
-    check_cache_dir(config.cache_dir)
-    check_models(config)
+    vocab, context = model_config.vocab_size, context_length(model_config)
+    if config.methods and config.args.top_k > vocab:
+        raise ConfigError(f"config.args.top_k: {config.args.top_k} is not allowed (must be at most the "
+                          f"vocabulary of {policy!r}: {vocab} tokens)")
+    if context and config.generation.max_new_tokens >= context:
+        raise ConfigError(f"config.generation.max_new_tokens: {config.generation.max_new_tokens} is not allowed "
+                          f"(must leave room for the prompt in {policy!r}'s context of {context} tokens)")

@@ -11,7 +11,6 @@ import json
 from pathlib import Path
 
 from persalign.core.config import RunConfig
-from persalign.core.errors import ConfigError
 from persalign.core.prompts import PromptFormatter, context_length, prompt_budget
 from persalign.core.registry import DECODERS, METRICS
 from persalign.core.typed_yaml import to_dict
@@ -30,41 +29,15 @@ from persalign.runner import provenance
 from persalign.runner.context import CellContext, PolicyContext, RunContext
 from persalign.runner.evaluate import query_examples, run_cell
 from persalign.runner.judging import load_judges
-from persalign.runner.plan import PlannedCell, check_methods, plan
-from persalign.runner.store import RunStore, check_distinct_dirs
+from persalign.runner.plan import PlannedCell
+from persalign.runner.store import RunStore
 from persalign.runner.trained import RewardBackbones, trained_policy_method, trained_reward
 
 
-def check_plan(config: RunConfig) -> None:
-    check_methods(config)
-    cells = plan(config)
-    if not cells:
-        raise ConfigError("config: the run plans no cells (decoders and methods are empty, or every deployment "
-                          "of the methods is switched off: args.enabled / best_of_n.enabled)")
-    check_distinct_dirs([p.cell for p in cells])
-    check_shared_rewards(config, cells)
-
-
-def check_shared_rewards(config: RunConfig, cells: list[PlannedCell]) -> None:
-    """A reward model is trained once, on the reward backbone, and reads every policy's token ids (ARGS scores
-    the policy's candidate tokens): refused before any work where a policy's tokenizer is not the backbone's,
-    since every id would then mean another text. The paper shares one RM across the scales of one family."""
-    backbone = config.reward.backbone or config.policies[0]
-    if not any(p.needs == "reward_model" for p in cells) or set(config.policies) == {backbone}:
-        return
-    from persalign.models.checks import policy_tokenizer
-
-    reference = policy_tokenizer(backbone, config.cache_dir).get_vocab()
-    for policy in config.policies:
-        if policy != backbone and policy_tokenizer(policy, config.cache_dir).get_vocab() != reference:
-            raise ConfigError(f"config.policies: {policy!r} does not share the tokenizer of the reward backbone "
-                              f"{backbone!r}, and reward models read the policy's token ids; run that policy in a "
-                              "run of its own (or with reward.backbone set to a model of its tokenizer)")
-
-
-def open_store(config: RunConfig, out_dir: str | Path, log) -> tuple[RunStore, list[PlannedCell], list[PlannedCell]]:
-    """The prepared run store, every planned cell and those not yet complete."""
-    cells = plan(config)
+def open_store(resolved, out_dir: str | Path, log) -> tuple[RunStore, list[PlannedCell], list[PlannedCell]]:
+    """The prepared run store of a resolved run (runner/resolve.py), every planned cell and those not yet
+    complete."""
+    config, cells = resolved.config, list(resolved.cells)
     store = RunStore(out_dir)
     inputs = provenance.input_fingerprints(config.data)
     store.prepare(to_dict(config), provenance.collect(str(resolve_device(config.device)), config.seeds, inputs))

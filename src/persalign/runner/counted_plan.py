@@ -68,8 +68,9 @@ def design_of(config) -> Design:
     return design_from(config, dataset, make_split(dataset, config.split), config.policies[0])
 
 
-def design_from(config, dataset, split, policy: str) -> Design:
-    """`design_of` for data and a split already built (a run's own), with `policy`'s tokenizer and cells."""
+def design_from(config, dataset, split, policy: str, cells: list | None = None) -> Design:
+    """`design_of` for data and a split already built (a run's own), with `policy`'s tokenizer and cells (the
+    planned cells of that policy where the run has them, else planned here)."""
     from persalign.core.prompts import PromptFormatter
     from persalign.models.checks import policy_tokenizer
     from persalign.runner.plan import plan
@@ -92,7 +93,7 @@ def design_from(config, dataset, split, policy: str) -> Design:
     design.distinct_prompts = len({(c.prompt, c.history) for c in read})
     design.distinct_responses = len({(c.prompt, c.history, r) for c in read for r in (c.chosen, c.rejected)})
     design.has_references = bool(dataset.completions)
-    cells = [p for p in plan(config) if p.cell.policy == policy]
+    cells = cells if cells is not None else [p for p in plan(config) if p.cell.policy == policy]
     design.cells = Counter(cell_key(p) for p in cells)
     design.trained = len({(p.method_label, p.cell.seed) for p in cells if p.method_label})
     design.seeds = len(config.seeds)

@@ -34,18 +34,17 @@ def cells_work(config, design, shape, planned: list[PlannedCell]) -> tuple[list[
     return out, stages
 
 
-def planned_work(config, run_ctx, todo: list[PlannedCell]) -> tuple[dict, dict[str, float]]:
-    """({cell: counted FLOPs} of every cell to run, policy by policy; their work per stage, summed)."""
-    from persalign.models.checks import policy_config
+def planned_work(resolved, run_ctx, todo: list[PlannedCell]) -> tuple[dict, dict[str, float]]:
+    """({cell: counted FLOPs} of every cell to run, policy by policy; their work per stage, summed), from the
+    resolved run's cells and model configs (runner/resolve.py) and the run's data."""
     from persalign.runner.counted_plan import design_from, shape_from_config
 
-    work, stages = {}, Counter()
+    config, work, stages = resolved.config, {}, Counter()
     for policy in config.policies:
         cells = [p for p in todo if p.cell.policy == policy]
         if cells:
-            design = design_from(config, run_ctx.dataset, run_ctx.split, policy)
-            flops, by_stage = cells_work(config, design, shape_from_config(policy_config(policy, config.cache_dir)),
-                                         cells)
+            design = design_from(config, run_ctx.dataset, run_ctx.split, policy, resolved.cells_of(policy))
+            flops, by_stage = cells_work(config, design, shape_from_config(resolved.model_configs[policy]), cells)
             work.update({p.cell: f for p, f in zip(cells, flops)})
             stages.update(by_stage)
     return work, dict(stages)

@@ -113,23 +113,22 @@ def plan(config: RunConfig) -> list[PlannedCell]:
     return [p for policy in config.policies for p in baseline_cells(config, policy) + method_cells(config, policy)]
 
 
-def check_method_size(method_cls, method, config: RunConfig, where: str) -> None:
+def check_method_size(method_cls, method, reward, hidden: int, where: str) -> None:
     """Settings that would not fit in this machine's memory (`prototypes: 1000000000`) are refused before
-    anything is allocated: the method is built on the meta device, its parameters counted, and the float32
-    weights, gradients and Adam's two moments compared with the machine's memory."""
+    anything is allocated: the method is built on the meta device at the backbone's width `hidden`, its
+    parameters counted, and the float32 weights, gradients and Adam's two moments compared with the machine's
+    memory. `reward`: the config's reward section (the settings' defaults)."""
     if getattr(method_cls, "pretrained", False):  # a pretrained RM is sized by its own files
         return
     import os
 
     import torch
 
-    from persalign.models.checks import policy_config
     from persalign.rewards.method import resolve_settings
 
     try:
-        hidden = policy_config(config.reward.backbone or config.policies[0], config.cache_dir).hidden_size
         with torch.device("meta"):
-            module = method_cls(hidden, resolve_settings(method_cls, method, config.reward, 0))
+            module = method_cls(hidden, resolve_settings(method_cls, method, reward, 0))
         parameters = sum(p.numel() for p in module.parameters())
     except Exception:  # noqa: BLE001  (a method that cannot be built this way is sized when it is built)
         return
@@ -154,7 +153,8 @@ def check_parts(config: RunConfig) -> None:
 
 def check_methods(config: RunConfig, where: str = "config") -> None:
     """Each method's name resolves (built in, installed or module:Class) and its settings are its own and in
-    range (the rules live beside each field of the method's Settings dataclass): before any cell is planned."""
+    range (the rules live beside each field of the method's Settings dataclass): before any cell is planned.
+    Their memory need is checked once the models' configs are read (runner/resolve.check_sizes)."""
     check_parts(config)
     for i, method in enumerate(config.methods):
         if not isinstance(method.name, str) or not method.name.strip():
@@ -166,4 +166,3 @@ def check_methods(config: RunConfig, where: str = "config") -> None:
         check_settings(method_cls.Settings, method.settings, f"{where}.methods[{i}]")
         if hasattr(method_cls, "preflight"):  # what only the method can check (a pretrained RM's model)
             method_cls.preflight(method.settings)
-        check_method_size(method_cls, method, config, f"{where}.methods[{i}]")

@@ -254,18 +254,19 @@ def _wait_all(ray, submitter: _Submitter, progress, log) -> list[str]:
     return failures
 
 
-def run_cells_on_ray(config, out_dir, options: RayOptions, log):
-    """Every cell of `config` not yet in `out_dir`, as Ray tasks; the store (the caller holds its lock)."""
+def run_cells_on_ray(resolved, out_dir, options: RayOptions, log):
+    """Every cell of the resolved run (runner/resolve.py) not yet in `out_dir`, as Ray tasks; the store (the
+    caller holds its lock)."""
     from persalign.runner.cells import open_store
     from persalign.runner.eta import Progress
     from persalign.runner.provenance import peak_memory_mib
 
     started = time.perf_counter()
-    store, cells, todo = open_store(config, out_dir, log)
+    store, cells, todo = open_store(resolved, out_dir, log)
     if not todo:
         return store
     ray = _connect(options, log)
-    submitter = _Submitter(ray, config, store, options)
+    submitter = _Submitter(ray, resolved.config, store, options)
     todo_cells = {planned.cell for planned in todo}
     for planned in cells:
         if planned.cell in todo_cells:

@@ -18,12 +18,9 @@ from collections import Counter
 from pathlib import Path
 
 from persalign.core.config import RunConfig
-from persalign.core.config_checks import validate
-from persalign.models.checks import preflight
 from persalign.models.numerics import pin_numerics
 from persalign.runner import provenance
 from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: also used from here by tests)
-    check_plan,
     load_policy,
     need_key,
     open_store,
@@ -35,6 +32,7 @@ from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: al
 )
 from persalign.runner.eta import Progress, planned_work, work_line
 from persalign.runner.lock import locked
+from persalign.runner.resolve import ResolvedRun, resolve_run
 from persalign.runner.store import RunStore
 
 
@@ -43,25 +41,24 @@ def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunS
 
     `backend` None runs the cells here, one after another; a `ray_backend.RayOptions` runs them as Ray tasks.
     """
-    validate(config)
+    resolved = resolve_run(config)  # every check, once, before the run dir (and its lock) is made
     pin_numerics(config.threads)  # machine-independent numbers: models/numerics.py
-    check_plan(config)  # before the run dir (and its lock) is made
-    preflight(config)  # the device, the cache folder, the models' vocabulary and context
     with locked(out_dir, log):
         if backend is not None:
             from persalign.runner.ray_backend import run_cells_on_ray  # Ray is an optional extra
 
-            return run_cells_on_ray(config, out_dir, backend, log)
-        return _run_cells(config, out_dir, log)
+            return run_cells_on_ray(resolved, out_dir, backend, log)
+        return _run_cells(resolved, out_dir, log)
 
 
-def _run_cells(config: RunConfig, out_dir: str | Path, log) -> RunStore:
+def _run_cells(resolved: ResolvedRun, out_dir: str | Path, log) -> RunStore:
     started = time.perf_counter()
-    store, cells, todo = open_store(config, out_dir, log)
+    config = resolved.config
+    store, cells, todo = open_store(resolved, out_dir, log)
     if not todo:
         return store
     run_ctx = run_context(config, store, log)
-    work, stages = planned_work(config, run_ctx, todo)
+    work, stages = planned_work(resolved, run_ctx, todo)
     log(work_line(stages))
     progress = Progress(len(cells), len(cells) - len(todo), log, work)
     providers = trained_providers(config, store)

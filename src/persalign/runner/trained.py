@@ -56,7 +56,7 @@ def model_dir(store, method_label: str, seed: int, policy: str | None = None):
 
 def trained_dir(store, planned):
     """Where a planned cell's trained component is saved. A reward model is trained on the reward backbone
-    and shared by every policy (their tokenizers are checked to be one: runner/cells.check_shared_rewards);
+    and shared by every policy (their tokenizers are checked to be one: runner/resolve.check_shared_rewards);
     a policy-side method trains on the policy itself, so each policy gets its own."""
     policy = planned.cell.policy if planned.needs == "policy_method" else None
     return model_dir(store, planned.method_label, planned.cell.seed, policy)
