@@ -18,7 +18,8 @@ Finding 1 direction). With the per-user rows this noise is measured, not assumed
   statistic's population scale (Pearson ρ; Spearman (6/π) asin(ρ/2); Kendall (2/π) asin ρ).
 
 No interval where a metric's true spread is estimated ≤ 0 or its reliability below MIN_RELIABILITY ("the
-methods differ by less than their measurement noise"), with the users that would reach it; none below
+methods differ by less than their measurement noise"), with the users that would reach it (where a metric
+shows no true spread, a lower bound: its whole observed spread taken as real); none below
 MIN_NOISE_USERS users (the noise is then unmeasured) or MIN_TRUE_METHODS methods (coverage unmeasured).
 Coverage by simulation: tests/test_true_correlation.py, docs/design-notes.md.
 
@@ -70,16 +71,19 @@ def noise_parts(x_rows: np.ndarray, y_rows: np.ndarray) -> dict:
     return {"S": s, "N": n_, "T": {key: s[key] - n_[key] for key in s}, "centred": centred, "means": means}
 
 
-def users_for(parts: dict, users: int, target: float = 0.5) -> int | None:
-    """Users at which both metrics' reliability would reach `target` (noise ∝ 1 / users); None if a metric
-    shows no true spread at all."""
-    needed = []
+def users_for(parts: dict, users: int, target: float = 0.5) -> tuple[int, bool] | None:
+    """(users at which both metrics' reliability would reach `target`, noise ∝ 1 / users; whether that is only a
+    lower bound). A metric whose methods show no true spread beyond their noise gives a lower bound: its whole
+    observed spread taken as real, the most the data allows. None if a metric's means do not vary at all."""
+    needed, bound = [], False
     for key in ("xx", "yy"):
-        true, noise = parts["T"][key], parts["N"][key]
+        true, noise, observed = parts["T"][key], parts["N"][key], parts["S"][key]
         if true <= 0:
-            return None
+            if observed <= 0:
+                return None
+            true, bound = observed, True
         needed.append(users * noise / true * target / (1 - target))
-    return int(np.ceil(max(needed + [users])))
+    return int(np.ceil(max(needed + [users]))), bound
 
 
 def simulated_statistics(statistic: str, parts: dict, draws: int, seed: int) -> np.ndarray:
@@ -119,7 +123,8 @@ def true_correlation(x_rows, y_rows, statistic: str, level: float = 0.95, draws:
     parts = noise_parts(x_rows, y_rows)
     reliability = {key[0]: float(parts["T"][key] / parts["S"][key]) if parts["S"][key] > 0 else 0.0
                    for key in ("xx", "yy")}
-    out.update(reliability=reliability, users_needed=users_for(parts, n))
+    needed, bound = users_for(parts, n) or (None, False)
+    out.update(reliability=reliability, users_needed=needed, users_needed_is_bound=bound)
     if min(reliability.values()) < MIN_RELIABILITY:
         return {**out, "reason": "the methods differ by less than their measurement noise (reliability "
                                  f"{min(reliability.values()):.2f})"}

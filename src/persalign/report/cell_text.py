@@ -46,6 +46,11 @@ def true_means_text(true: dict | None) -> str:
     if true["low"] is None and true.get("reliability") is None:  # too few users or methods to measure the noise
         return f"true means: no interval ({true['reason']})"
     if true["low"] is None:
-        users = f"; ≈ {true['users_needed']} users would make it estimable" if true.get("users_needed") else ""
+        users = ""
+        if true.get("users_needed") and true.get("users_needed_is_bound"):
+            users = (f"; at least {true['users_needed']} users would be needed, even if all of the methods' observed "
+                     "spread were real")
+        elif true.get("users_needed"):
+            users = f"; ≈ {true['users_needed']} users would make it estimable"
         return f"true means: too noisy to tell ({true['reason']}{users})"
     return f"true means: {true['point']:+.2f} [{true['low']:+.2f}, {true['high']:+.2f}] ({rel})"
