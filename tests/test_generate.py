@@ -124,6 +124,9 @@ def test_a_new_users_texts_are_paired_with_negatives_mined_from_train_users(fini
     out, err = capsys.readouterr()
     assert "adapted 1 new user(s) (Nova) in " in err and "4 text(s), each paired with a hard negative" in err
     assert len(out.strip().splitlines()) == 1
+    assert cli.main(["generate", str(finished.path), "--deployment", "ICL-RAG (2-shot)", "--new-users",
+                     str(tmp_path / "nova.jsonl"), "--user", "Nova", texts[0]["prompt"]]) == 0
+    assert "4 text(s) and the chosen answers of 0 preference(s) as demonstrations" in capsys.readouterr().err
 
 
 def test_new_users_are_refused_in_one_line_where_they_cannot_be_adapted(finished, tmp_path, capsys):

@@ -28,9 +28,12 @@ def _deployment(args, say):
         users = read_new_users(args.new_users)
         seconds = deployment.add_users(users)
         texts, pairs = (sum(len(getattr(u, kind)) for u in users.values()) for kind in ("texts", "pairs"))
-        say(f"adapted {len(users)} new user(s) ({', '.join(users)}) in {seconds:.2f} s: {texts} text(s), each paired "
-            f"with a hard negative mined from the run's train users, and {pairs} stated preference(s)",
-            file=sys.stderr)
+        how = (f"{texts} text(s), each paired with a hard negative mined from the run's train users, and {pairs} "
+               "stated preference(s)" if deployment.planned.needs else
+               f"{texts} text(s) and the chosen answers of {pairs} preference(s) as demonstrations (nothing trained "
+               "to adapt)" if deployment.planned.properties.uses_demonstrations else
+               "nothing to adapt: this deployment reads nothing of its user")
+        say(f"adapted {len(users)} new user(s) ({', '.join(users)}) in {seconds:.2f} s: {how}", file=sys.stderr)
     return deployment
 
 
