@@ -35,13 +35,9 @@ class NewUser:
     pairs: list[Comparison] = field(default_factory=list)  # what the person preferred, as stated
 
     def support_items(self) -> list[UserItem]:
-        """The demonstrations: their texts, then the chosen answer of each stated pair (once per prompt)."""
-        seen, items = {(t.input, t.output) for t in self.texts}, list(self.texts)
-        for pair in self.pairs:
-            if (pair.prompt, pair.chosen) not in seen:
-                seen.add((pair.prompt, pair.chosen))
-                items.append(UserItem(pair.id, self.name, pair.prompt, pair.chosen))
-        return items
+        """The demonstrations: their texts, then the chosen answer of each stated pair (a repeated one is shown
+        once: EvalContext.demo_pool keeps each (input, output) once, as for the run's own users)."""
+        return self.texts + [UserItem(pair.id, self.name, pair.prompt, pair.chosen) for pair in self.pairs]
 
 
 def read_new_users(path: str | Path) -> dict[str, NewUser]:
@@ -101,11 +97,6 @@ def _train_texts(run_ctx) -> list[tuple[str, str, int]]:
     return pool
 
 
-def new_user_dataset(run_ctx, user: NewUser, pairs: list[Comparison]) -> PreferenceDataset:
-    """The user's pairs as a data set of their own (what pair_data reads), in the run's task."""
-    return PreferenceDataset(run_ctx.dataset.name, run_ctx.dataset.task, pairs)
-
-
 def check_adaptable(planned, trained, name: str, known: set[str]) -> None:
     """A one-line refusal where this deployment cannot take this new user."""
     if name in known:
@@ -131,8 +122,8 @@ def adapt_trained(run_ctx, ctx, user: NewUser, pairs: list[Comparison]) -> None:
         where, formatter = trained.backbone, reward_formatter(run_ctx.config, trained.backbone, run_ctx.dataset.task)
     else:  # a policy-side method (P-DPO): trained on the policy, read with its formatter
         where, formatter = trained.lm, ctx.policy.formatter
-    data = pair_data(new_user_dataset(run_ctx, user, pairs), {user.name: [p.id for p in pairs]}, formatter,
-                     [user.name])
+    own = PreferenceDataset(run_ctx.dataset.name, run_ctx.dataset.task, pairs)  # what pair_data reads
+    data = pair_data(own, {user.name: [p.id for p in pairs]}, formatter, [user.name])
     if hasattr(where, "trainable"):
         precompute_features(trained.method, where, data)
     plugin_call(trained.method, "adapt", where, user.name, data)

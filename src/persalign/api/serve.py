@@ -27,10 +27,6 @@ from pydantic import BaseModel, ConfigDict
 
 from persalign.core.errors import PersalignError
 
-UNSUPPORTED = {"stream": "streaming is not served (the deployment's output comes whole)",
-               "n": "one choice per request (the deployment's decoding is deterministic)"}
-
-
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="allow")  # name, tool_calls, ...: read, not used
     role: str
@@ -78,9 +74,10 @@ def check_request(request: ChatRequest, served: str) -> str:
         raise RequestError(404, f"model {request.model!r}: this server serves {served!r} (GET /v1/models)",
                            "model", "model_not_found")
     if request.stream:
-        raise RequestError(400, f"stream: {UNSUPPORTED['stream']}", "stream")
+        raise RequestError(400, "stream: streaming is not served (the deployment's output comes whole)", "stream")
     if request.n != 1:
-        raise RequestError(400, f"n = {request.n}: {UNSUPPORTED['n']}", "n")
+        raise RequestError(400, f"n = {request.n}: one choice per request (the deployment's decoding is "
+                                "deterministic)", "n")
     if not request.user:
         raise RequestError(400, "user: name the person to write for (the request's `user` field)", "user")
     return request.user

@@ -27,14 +27,21 @@ def _deployment(args, say):
     if args.new_users:
         users = read_new_users(args.new_users)
         seconds = deployment.add_users(users)
-        texts, pairs = (sum(len(getattr(u, kind)) for u in users.values()) for kind in ("texts", "pairs"))
-        how = (f"{texts} text(s), each paired with a hard negative mined from the run's train users, and {pairs} "
-               "stated preference(s)" if deployment.planned.needs else
-               f"{texts} text(s) and the chosen answers of {pairs} preference(s) as demonstrations (nothing trained "
-               "to adapt)" if deployment.planned.properties.uses_demonstrations else
-               "nothing to adapt: this deployment reads nothing of its user")
-        say(f"adapted {len(users)} new user(s) ({', '.join(users)}) in {seconds:.2f} s: {how}", file=sys.stderr)
+        say(f"adapted {len(users)} new user(s) ({', '.join(users)}) in {seconds:.2f} s: "
+            f"{_what_adapts(deployment.planned, users)}", file=sys.stderr)
     return deployment
+
+
+def _what_adapts(planned, users: dict) -> str:
+    """What a new user's records became for this kind of deployment."""
+    texts, pairs = (sum(len(getattr(u, kind)) for u in users.values()) for kind in ("texts", "pairs"))
+    if planned.needs:
+        return (f"{texts} text(s), each paired with a hard negative mined from the run's train users, and {pairs} "
+                "stated preference(s)")
+    if planned.properties.uses_demonstrations:
+        return (f"{texts} text(s) and the chosen answers of {pairs} preference(s) as demonstrations (nothing "
+                "trained to adapt)")
+    return "nothing to adapt: this deployment reads nothing of its user"
 
 
 def generate(args, say) -> None:
