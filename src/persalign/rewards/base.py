@@ -22,6 +22,17 @@ import torch
 from torch import nn
 
 
+def reward_map(hidden_size: int, k: int, bias: bool = True) -> nn.Linear:
+    """A linear map of the backbone state to K reward values, weights N(0, 1/hidden²) so the first rewards are
+    near 0 (LoRE's bases, PReF's φ); its bias, if any, 0. Built as nn.Linear first: the seeded draws stay those
+    the pinned numbers were stored with."""
+    layer = nn.Linear(hidden_size, k, bias=bias)
+    nn.init.normal_(layer.weight, std=1.0 / hidden_size)
+    if bias:
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
 def prefix_rewards(token_rewards: torch.Tensor, mask: torch.Tensor, pooling: str) -> torch.Tensor:
     """(batch, T) prefix rewards from (batch, T) token rewards; padded positions are 0."""
     masked = token_rewards * mask

@@ -24,19 +24,18 @@ import torch
 from torch import nn
 
 from persalign.core.registry import register_method
+from persalign.rewards.base import reward_map
 from persalign.rewards.method import RewardMethod
 from persalign.rewards.settings import PersonalizedSettings, latent_dim, setting
 
 
 class LoreHead(nn.Module):
-    pooling = "last"
+    pooling, per_user = "last", ("user_logits",)
 
-    def __init__(self, hidden_size: int, k: int):
+    def __init__(self, hidden_size: int, settings: LoRESettings):
         super().__init__()
-        self.bases = nn.Linear(hidden_size, k)
-        nn.init.normal_(self.bases.weight, std=1.0 / hidden_size)
-        nn.init.zeros_(self.bases.bias)
-        self.user_logits = nn.Parameter(torch.zeros(1, k))
+        self.bases = reward_map(hidden_size, settings.latent_dim)
+        self.user_logits = nn.Parameter(torch.zeros(1, settings.latent_dim))
 
     def weights(self, users: torch.Tensor) -> torch.Tensor:
         return torch.softmax(self.user_logits[users], dim=-1)
@@ -64,13 +63,7 @@ class LoRE(RewardMethod):
     """Reward bases + per-user simplex weights, trained jointly."""
 
     name, display, personalized = "lore", "LoRE", True
-    Settings = LoRESettings
-
-    def make_head(self) -> nn.Module:
-        return LoreHead(self.hidden_size, self.settings.latent_dim)
-
-    def user_tables(self) -> dict[str, nn.Parameter]:
-        return {"user_logits": self.head.user_logits}
+    Settings, Head = LoRESettings, LoreHead
 
 
 @register_method("lore_alt")

@@ -99,16 +99,20 @@ class RewardMethod(nn.Module):
             self.head = self.make_head()
 
     # --- to implement ---------------------------------------------------------------------
+    Head: type[nn.Module] | None = None  # a head built from (hidden size, settings) alone; else override make_head
+
     def make_head(self) -> nn.Module:
-        raise NotImplementedError
+        if self.Head is None:
+            raise NotImplementedError(f"{type(self).__name__}: set Head or override make_head")
+        return self.Head(self.hidden_size, self.settings)
 
     def shared_parameters(self) -> list[nn.Parameter]:
         tables = {id(t) for t in self.user_tables().values()}
         return [p for p in self.head.parameters() if id(p) not in tables]
 
     def user_tables(self) -> dict[str, nn.Parameter]:
-        """Per-user parameters z_k: head parameters whose first dimension indexes users."""
-        return {}
+        """Per-user parameters z_k: the head's tables its `per_user` names (their first dimension indexes users)."""
+        return {name: getattr(self.head, name) for name in getattr(self.head, "per_user", ())}
 
     def new_user_row(self, name: str, table: torch.Tensor, user: str) -> torch.Tensor:
         """Initial parameters of `user` in table `name` (default zeros). Never a function of the row's

@@ -33,7 +33,7 @@ class MPUSettings(PersonalizedSettings):
 
 
 class PerUserMLP(nn.Module):
-    pooling = "last"
+    pooling, per_user = "last", ("w1", "b1", "w2", "b2")
 
     def __init__(self, hidden_size: int, mlp_hidden: int, generator: torch.Generator):
         super().__init__()
@@ -57,9 +57,6 @@ class MPU(RewardMethod):
 
     def make_head(self) -> nn.Module:
         return PerUserMLP(self.hidden_size, self.settings.mlp_hidden, torch.Generator().manual_seed(self.settings.seed))
-
-    def user_tables(self) -> dict[str, nn.Parameter]:
-        return {name: getattr(self.head, name) for name in ("w1", "b1", "w2", "b2")}
 
     def new_user_row(self, name: str, table: torch.Tensor, user: str) -> torch.Tensor:
         generator = self.user_generator(user, salt=("w1", "b1", "w2", "b2").index(name))

@@ -42,7 +42,8 @@ class PALSettings(PersonalizedSettings):
 
 
 class PalHead(nn.Module):
-    pooling = "last"
+    pooling, per_user = "last", ("mixture_logits",)
+
     def __init__(self, hidden_size: int, settings: PALSettings, generator: torch.Generator):
         super().__init__()
         self.projector = nn.Linear(hidden_size, settings.latent_dim)
@@ -65,9 +66,6 @@ class PAL(RewardMethod):
 
     def make_head(self) -> nn.Module:
         return PalHead(self.hidden_size, self.settings, torch.Generator().manual_seed(self.settings.seed))
-
-    def user_tables(self) -> dict[str, nn.Parameter]:
-        return {"mixture_logits": self.head.mixture_logits}
 
     def new_user_row(self, name: str, table: torch.Tensor, user: str) -> torch.Tensor:
         # Break the symmetry between prototypes for each new user, deterministically (by the user's name).

@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from persalign.core.registry import register_method
+from persalign.rewards.base import reward_map
 from persalign.rewards.backbone import pad_states
 from persalign.rewards.method import GENERIC_USER, RewardMethod, precompute_features
 from persalign.rewards.settings import NON_NEGATIVE, PersonalizedSettings, latent_dim, setting
@@ -33,12 +34,12 @@ from persalign.rewards.train import PairData
 
 
 class PrefHead(nn.Module):
-    pooling = "last"
+    pooling, per_user = "last", ("user_vectors",)
 
-    def __init__(self, hidden_size: int, k: int):
+    def __init__(self, hidden_size: int, settings: PReFSettings):
         super().__init__()
-        self.phi = nn.Linear(hidden_size, k, bias=False)
-        nn.init.normal_(self.phi.weight, std=1.0 / hidden_size)
+        k = settings.latent_dim
+        self.phi = reward_map(hidden_size, k, bias=False)
         self.user_vectors = nn.Parameter(torch.full((1, k), 1.0 / k))
 
     def token_rewards(self, states: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
@@ -77,13 +78,7 @@ class PReF(RewardMethod):
     """Pointwise PReF: R(u,y) = uᵀφ(y), SVD + least-squares warm start, then BT."""
 
     name, display, personalized = "pref", "PReF", True
-    Settings = PReFSettings
-
-    def make_head(self) -> nn.Module:
-        return PrefHead(self.hidden_size, self.settings.latent_dim)
-
-    def user_tables(self) -> dict[str, nn.Parameter]:
-        return {"user_vectors": self.head.user_vectors}
+    Settings, Head = PReFSettings, PrefHead
 
     def new_user_row(self, name: str, table: torch.Tensor, user: str) -> torch.Tensor:
         rows = self.train_user_rows(table)

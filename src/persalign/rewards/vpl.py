@@ -32,7 +32,7 @@ WIDTH, CONTEXT, KL_MAX, KL_ANNEAL_STEPS = 64, 8, 0.01, 500
 
 
 class VplHead(nn.Module):
-    pooling = "last"
+    pooling, per_user = "last", ("user_latent",)
 
     def __init__(self, hidden_size: int, dim: int):
         super().__init__()
@@ -88,9 +88,6 @@ class VPL(RewardMethod):
         self._generator = torch.Generator().manual_seed(self.settings.seed)
         self._kl = torch.zeros(())
         return VplHead(self.hidden_size, self.settings.latent_dim)
-
-    def user_tables(self) -> dict[str, nn.Parameter]:
-        return {"user_latent": self.head.user_latent}
 
     def shared_parameters(self) -> list[nn.Parameter]:
         return [p for n, p in self.head.named_parameters() if n != "user_latent"]
