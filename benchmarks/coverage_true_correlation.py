@@ -5,7 +5,7 @@ interval of the observed means (the only one printed before) on the same studies
 Each row: the share of printed intervals covering the true value (the statistic's population value for the
 true means' ρ), and the share of studies where one was printed (the rest: "too noisy to tell").
 
-    python benchmarks/coverage_true_correlation.py --repetitions 1000      # ~15 min on 2 cores
+    python benchmarks/coverage_true_correlation.py --repetitions 1000      # ~20 min (one core; not timed alone)
 """
 
 from __future__ import annotations

@@ -57,7 +57,8 @@ def coverage(statistic: str, methods: int, rho: float, reliability: float, repet
 
 
 @pytest.mark.parametrize("statistic, methods, rho, reliability", [
-    ("pearson", 6, 0.0, 0.9), ("pearson", 20, 0.0, 0.9), ("kendall", 10, 0.0, 0.5), ("spearman", 10, 0.0, 0.5)])
+    ("pearson", 6, 0.0, 0.9), ("pearson", 20, 0.0, 0.9), ("kendall", 10, 0.0, 0.5), ("spearman", 10, 0.0, 0.5),
+    ("spearman", 6, 0.9, 0.5)])  # the last: 0.994 on d5c2758, whose simulation let each metric's spread vary
 def test_the_true_means_interval_covers_93_to_97_percent(statistic, methods, rho, reliability):
     covered, printed = coverage(statistic, methods, rho, reliability, repetitions=1000)
     assert 0.93 <= covered <= 0.97, (covered, printed)

@@ -12,10 +12,13 @@ Finding 1 direction). With the per-user rows this noise is measured, not assumed
 - each metric's reliability across methods R = T_aa / S_aa (the share of the observed spread that is real);
   the disattenuated correlation T_xy / √(T_xx T_yy) is the point estimate;
 - the interval inverts a test: for each candidate ρ (a grid in Fisher-z) the observed statistic's
-  distribution is simulated with true means drawn from a bivariate normal of the fitted variances and ρ,
-  and noise drawn by resampling the users (their centred rows, scaled to C); a ρ whose p-value ≥ 5 % is
-  kept. Common random numbers across the grid keep the accepted set an interval. It is stated on each
-  statistic's population scale (Pearson ρ; Spearman (6/π) asin(ρ/2); Kendall (2/π) asin ρ).
+  distribution is simulated with noise drawn by resampling the users (their centred rows, scaled to C) and
+  true means of correlation ρ (a bivariate normal's shape) scaled so that each metric's simulated means
+  spread exactly as the observed ones do: the observed spread S is known, only its split into true
+  differences and noise is not (letting it vary, as plugging in T did, made the test too wide at ρ = 0.9:
+  docs/design-notes.md); a ρ whose p-value ≥ 5 % is kept. Common random numbers across the grid keep the
+  accepted set an interval. It is stated on each statistic's population scale (Pearson ρ; Spearman
+  (6/π) asin(ρ/2); Kendall (2/π) asin ρ).
 
 No interval where a metric's true spread is estimated ≤ 0 or its reliability below MIN_RELIABILITY ("the
 methods differ by less than their measurement noise"), with the users that would reach it (where a metric
@@ -34,7 +37,7 @@ MIN_NOISE_USERS = 8  # users below which the noise covariance is not estimated (
 MIN_TRUE_METHODS = 6  # the fewest methods the coverage was measured at (docs/design-notes.md)
 MIN_RELIABILITY = 0.2  # below it no interval kept its coverage in the simulation (docs/design-notes.md)
 GRID = np.tanh(np.linspace(-3.5, 3.5, 71))  # candidate ρ, even in Fisher-z
-PROCEDURE = "test inversion, true means normal, noise by resampling users"
+PROCEDURE = "test inversion, true means normal at the observed spread, noise by resampling users"
 
 
 def population_scale(statistic: str, rho):
@@ -86,8 +89,22 @@ def users_for(parts: dict, users: int, target: float = 0.5) -> tuple[int, bool] 
     return int(np.ceil(max(needed + [users]))), bound
 
 
+def spread_to(shape: np.ndarray, noise: np.ndarray, spread: float) -> np.ndarray:
+    """True means of the given shape, scaled so that true + noise has the observed spread (sample variance across
+    methods): the positive root of var(c·shape + noise) = spread; NaN where no scale reaches it (the noise
+    drawn is then wider than the data allow)."""
+    k = shape.shape[-1]
+    shape, noise = shape - shape.mean(-1, keepdims=True), noise - noise.mean(-1, keepdims=True)
+    a, b = (shape * shape).sum(-1), 2 * (shape * noise).sum(-1)
+    c = (noise * noise).sum(-1) - (k - 1) * spread
+    discriminant = b * b - 4 * a * c
+    scale = (-b + np.sqrt(np.where(discriminant >= 0, discriminant, np.nan))) / (2 * a)
+    return np.where(scale > 0, scale, np.nan)[..., None] * shape + noise
+
+
 def simulated_statistics(statistic: str, parts: dict, draws: int, seed: int) -> np.ndarray:
-    """(grid, draws) statistic of simulated observed means for every candidate ρ (common random numbers)."""
+    """(grid, draws) statistic of simulated observed means for every candidate ρ (common random numbers); NaN
+    for a draw whose noise alone is wider than a metric's observed spread."""
     rng = np.random.default_rng(seed)
     centred = parts["centred"]
     k2, n = centred.shape
@@ -95,11 +112,12 @@ def simulated_statistics(statistic: str, parts: dict, draws: int, seed: int) -> 
     pick = rng.integers(0, n, size=(draws, n))
     noise = centred[:, pick].mean(-1).T * np.sqrt(n / (n - 1))  # (draws, 2k): a bootstrap mean's var is C·(n−1)/n
     z1, z2 = rng.standard_normal((2, draws, k))
-    sx, sy = np.sqrt(parts["T"]["xx"]), np.sqrt(parts["T"]["yy"])
     rho = GRID[:, None, None]
-    x = sx * z1 + noise[:, :k]
-    y = sy * (rho * z1 + np.sqrt(1 - rho ** 2) * z2) + noise[:, k:]
-    return batch_statistic(statistic, np.broadcast_to(x, y.shape), y)
+    shape_y = rho * z1 + np.sqrt(1 - rho ** 2) * z2
+    x = spread_to(z1, noise[:, :k], parts["S"]["xx"])  # (draws, k): the same for every ρ
+    y = spread_to(shape_y, noise[:, k:], parts["S"]["yy"])
+    statistics = batch_statistic(statistic, np.broadcast_to(np.nan_to_num(x), y.shape), np.nan_to_num(y))
+    return np.where(np.isnan(x[..., 0]) | np.isnan(y[..., 0]), np.nan, statistics)
 
 
 def crossing(p_values: np.ndarray, rejected: int, kept: int, alpha: float) -> float:
@@ -131,9 +149,10 @@ def true_correlation(x_rows, y_rows, statistic: str, level: float = 0.95, draws:
     rho = float(np.clip(parts["T"]["xy"] / np.sqrt(parts["T"]["xx"] * parts["T"]["yy"]), -1, 1))
     observed = float(batch_statistic(statistic, x_rows.mean(1), y_rows.mean(1)))
     simulated = simulated_statistics(statistic, parts, draws, seed)
+    valid = (~np.isnan(simulated)).sum(-1)
     tied = 0.5 * (np.abs(simulated - observed) <= 1e-12).sum(-1)  # mid-p: Kendall over few methods is discrete
-    upper = ((simulated > observed + 1e-12).sum(-1) + tied + 1) / (draws + 1)
-    lower = ((simulated < observed - 1e-12).sum(-1) + tied + 1) / (draws + 1)
+    upper = ((simulated > observed + 1e-12).sum(-1) + tied + 1) / (valid + 1)
+    lower = ((simulated < observed - 1e-12).sum(-1) + tied + 1) / (valid + 1)
     p_values = 2 * np.minimum(upper, lower)
     kept = np.flatnonzero(p_values > 1 - level)
     if not len(kept):
