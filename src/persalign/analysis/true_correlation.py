@@ -10,7 +10,8 @@ Finding 1 direction). With the per-user rows this noise is measured, not assumed
 - the true between-method covariance T = S − N: S the observed covariance of the means across methods,
   N what the noise adds to it, (tr C_ab − 1ᵀC_ab1 / k) / (k − 1) for metrics a, b over k methods;
 - each metric's reliability across methods R = T_aa / S_aa (the share of the observed spread that is real);
-  the disattenuated correlation T_xy / √(T_xx T_yy) is the point estimate;
+  the point estimate is the ρ at which the observed statistic is the simulated median (below), inside the
+  interval by construction;
 - the interval inverts a test: for each candidate ρ (a grid in Fisher-z) the observed statistic's
   distribution is simulated with noise drawn by resampling the users (their centred rows, scaled to C) and
   true means of correlation ρ (a bivariate normal's shape) scaled so that each metric's simulated means
@@ -130,6 +131,22 @@ def crossing(p_values: np.ndarray, rejected: int, kept: int, alpha: float) -> fl
     return float(np.tanh(z[0] + share * (z[1] - z[0])))
 
 
+def median_estimate(upper: np.ndarray, lower: np.ndarray) -> float:
+    """The ρ at which the observed statistic is the simulated median (upper and lower tail shares equal),
+    interpolated in Fisher z: the point estimate of the inverted test, inside its interval by construction (the
+    moment estimate T_xy / √(T_xx T_yy) is not: on the news study it read +1.00 beside [−0.60, +0.82])."""
+    balance = upper - lower  # grows with ρ: larger ρ, more simulated statistics above the observed one
+    above = np.flatnonzero(balance >= 0)
+    if not len(above):
+        return 1.0
+    if above[0] == 0:
+        return -1.0
+    i = above[0]
+    z = np.arctanh(GRID[[i - 1, i]])
+    share = -balance[i - 1] / (balance[i] - balance[i - 1])
+    return float(np.tanh(z[0] + share * (z[1] - z[0])))
+
+
 def true_correlation(x_rows, y_rows, statistic: str, level: float = 0.95, draws: int = 199, seed: int = 0) -> dict:
     """Interval for the correlation of the methods' true means; `x_rows`, `y_rows`: (methods, users)."""
     x_rows, y_rows = np.asarray(x_rows, float), np.asarray(y_rows, float)
@@ -146,7 +163,6 @@ def true_correlation(x_rows, y_rows, statistic: str, level: float = 0.95, draws:
     if min(reliability.values()) < MIN_RELIABILITY:
         return {**out, "reason": "the methods differ by less than their measurement noise (reliability "
                                  f"{min(reliability.values()):.2f})"}
-    rho = float(np.clip(parts["T"]["xy"] / np.sqrt(parts["T"]["xx"] * parts["T"]["yy"]), -1, 1))
     observed = float(batch_statistic(statistic, x_rows.mean(1), y_rows.mean(1)))
     simulated = simulated_statistics(statistic, parts, draws, seed)
     valid = (~np.isnan(simulated)).sum(-1)
@@ -154,10 +170,13 @@ def true_correlation(x_rows, y_rows, statistic: str, level: float = 0.95, draws:
     upper = ((simulated > observed + 1e-12).sum(-1) + tied + 1) / (valid + 1)
     lower = ((simulated < observed - 1e-12).sum(-1) + tied + 1) / (valid + 1)
     p_values = 2 * np.minimum(upper, lower)
+    rho = median_estimate(upper, lower)
     kept = np.flatnonzero(p_values > 1 - level)
     if not len(kept):
         return {**out, "point": float(population_scale(statistic, rho)), "reason": "no correlation fits the data"}
     low = -1.0 if kept[0] == 0 else crossing(p_values, kept[0] - 1, kept[0], 1 - level)
     high = 1.0 if kept[-1] == len(GRID) - 1 else crossing(p_values, kept[-1] + 1, kept[-1], 1 - level)
+    if not low <= rho <= high:  # beyond the median at every ρ (a bound), the last grid points barely kept or not
+        rho = float(GRID[kept[np.argmax(p_values[kept])]])  # the most compatible ρ kept
     return {**out, "point": float(population_scale(statistic, rho)), "low": float(population_scale(statistic, low)),
             "high": float(population_scale(statistic, high)), "reason": None, "procedure": PROCEDURE}
