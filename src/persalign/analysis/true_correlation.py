@@ -10,8 +10,8 @@ Finding 1 direction). With the per-user rows this noise is measured, not assumed
 - the true between-method covariance T = S − N: S the observed covariance of the means across methods,
   N what the noise adds to it, (tr C_ab − 1ᵀC_ab1 / k) / (k − 1) for metrics a, b over k methods;
 - each metric's reliability across methods R = T_aa / S_aa (the share of the observed spread that is real);
-  the point estimate is the ρ at which the observed statistic is the simulated median (below), inside the
-  interval by construction;
+  the point estimate is the ρ at which the observed statistic is the simulated median (below), or where
+  that is a bound the interval stops short of, the most compatible ρ it kept: always inside the interval;
 - the interval inverts a test: for each candidate ρ (a grid in Fisher-z) the observed statistic's
   distribution is simulated with noise drawn by resampling the users (their centred rows, scaled to C) and
   true means of correlation ρ (a bivariate normal's shape) scaled so that each metric's simulated means
