@@ -6,6 +6,7 @@ Each row: the share of printed intervals covering the true value (the statistic'
 true means' ρ), and the share of studies where one was printed (the rest: "too noisy to tell").
 
     python benchmarks/coverage_true_correlation.py --repetitions 1000      # ~20 min (one core; not timed alone)
+    python benchmarks/coverage_true_correlation.py --repetitions 4000 --seed 99 --cells pearson/20/0.5/0.9
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ def observed_means_interval(x, y, statistic: str, _repetition: int) -> dict:
     return correlation_interval(statistic, correlate(x.mean(1), y.mean(1), statistic).value, len(x))
 
 
-def row(statistic: str, methods: int, reliability: float, rho: float, repetitions: int) -> str:
-    seed = zlib.crc32(repr((statistic, methods, reliability, rho)).encode())  # both procedures: the same studies
+def row(statistic: str, methods: int, reliability: float, rho: float, repetitions: int, seed: int | None = None) -> str:
+    if seed is None:  # both procedures: the same studies
+        seed = zlib.crc32(repr((statistic, methods, reliability, rho)).encode())
     covered, printed = coverage(statistic, methods, rho, reliability, repetitions, seed)
     old_covered, old_printed = coverage(statistic, methods, rho, reliability, repetitions, seed,
                                         interval=observed_means_interval)
@@ -40,15 +42,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repetitions", type=count, default=1000)
     parser.add_argument("--statistics", nargs="+", default=["pearson", "spearman", "kendall"])
+    parser.add_argument("--cells", nargs="+", metavar="STATISTIC/METHODS/RELIABILITY/RHO",
+                        help="only these cells, e.g. pearson/20/0.5/0.9 (default: the whole grid)")
+    parser.add_argument("--seed", type=int, help="one seed for every cell (default: one per cell, from its name)")
     args = parser.parse_args()
     print("| statistic | methods | reliability | true ρ | true-means coverage | printed "
           "| observed-means (Fisher z) coverage |")
     print("|---|---|---|---|---|---|---|")
-    for statistic in args.statistics:
-        for methods in (6, 10, 20):
-            for reliability in (0.3, 0.5, 0.9):
-                for rho in (0.0, 0.5, 0.9):
-                    print(row(statistic, methods, reliability, rho, args.repetitions), flush=True)
+    grid = [(statistic, methods, reliability, rho) for statistic in args.statistics for methods in (6, 10, 20)
+            for reliability in (0.3, 0.5, 0.9) for rho in (0.0, 0.5, 0.9)]
+    cells = [(c.split("/")[0], int(c.split("/")[1]), *map(float, c.split("/")[2:])) for c in args.cells or []]
+    for statistic, methods, reliability, rho in cells or grid:
+        print(row(statistic, methods, float(reliability), float(rho), args.repetitions, args.seed), flush=True)
 
 
 if __name__ == "__main__":
