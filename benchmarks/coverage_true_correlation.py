@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import count  # noqa: E402
+from common import count, seed  # noqa: E402
 from persalign.analysis.correlations import correlate  # noqa: E402
 from persalign.analysis.intervals import correlation_interval  # noqa: E402
 from tests.test_true_correlation import coverage  # noqa: E402  (the tests' simulated studies and loop)
@@ -26,6 +26,20 @@ from tests.test_true_correlation import coverage  # noqa: E402  (the tests' simu
 def observed_means_interval(x, y, statistic: str, _repetition: int) -> dict:
     """The interval persalign printed before: Fisher z on the methods' observed means, as if they were exact."""
     return correlation_interval(statistic, correlate(x.mean(1), y.mean(1), statistic).value, len(x))
+
+
+def cell(text: str) -> tuple[str, int, float, float]:
+    """A grid cell STATISTIC/METHODS/RELIABILITY/RHO, checked (argparse prints the rule in one line)."""
+    parts = text.split("/")
+    try:
+        statistic, methods, reliability, rho = parts[0], int(parts[1]), float(parts[2]), float(parts[3])
+    except (IndexError, ValueError):
+        statistic = None
+    if len(parts) != 4 or statistic not in ("pearson", "spearman", "kendall") or methods < 3 \
+            or not 0 < reliability <= 1 or not -1 <= rho <= 1:
+        raise argparse.ArgumentTypeError("must be STATISTIC/METHODS/RELIABILITY/RHO (pearson|spearman|kendall, "
+                                         f"methods >= 3, reliability in (0, 1], rho in [-1, 1]), not {text!r}")
+    return statistic, methods, reliability, rho
 
 
 def row(statistic: str, methods: int, reliability: float, rho: float, repetitions: int, seed: int | None = None) -> str:
@@ -42,18 +56,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repetitions", type=count, default=1000)
     parser.add_argument("--statistics", nargs="+", default=["pearson", "spearman", "kendall"])
-    parser.add_argument("--cells", nargs="+", metavar="STATISTIC/METHODS/RELIABILITY/RHO",
+    parser.add_argument("--cells", nargs="+", type=cell, metavar="STATISTIC/METHODS/RELIABILITY/RHO",
                         help="only these cells, e.g. pearson/20/0.5/0.9 (default: the whole grid)")
-    parser.add_argument("--seed", type=int, help="one seed for every cell (default: one per cell, from its name)")
+    parser.add_argument("--seed", type=seed, help="one seed for every cell (default: one per cell, from its name)")
     args = parser.parse_args()
     print("| statistic | methods | reliability | true ρ | true-means coverage | printed "
           "| observed-means (Fisher z) coverage |")
     print("|---|---|---|---|---|---|---|")
     grid = [(statistic, methods, reliability, rho) for statistic in args.statistics for methods in (6, 10, 20)
             for reliability in (0.3, 0.5, 0.9) for rho in (0.0, 0.5, 0.9)]
-    cells = [(c.split("/")[0], int(c.split("/")[1]), *map(float, c.split("/")[2:])) for c in args.cells or []]
-    for statistic, methods, reliability, rho in cells or grid:
-        print(row(statistic, methods, float(reliability), float(rho), args.repetitions, args.seed), flush=True)
+    for statistic, methods, reliability, rho in args.cells or grid:
+        print(row(statistic, methods, reliability, rho, args.repetitions, args.seed), flush=True)
 
 
 if __name__ == "__main__":
