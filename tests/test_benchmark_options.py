@@ -15,6 +15,7 @@ import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 COUNT = "must be a whole number >= 1"
+TRUE_MEANS, CELL = "coverage_true_correlation.py", "must be STATISTIC/METHODS/RELIABILITY/RHO"
 CASES = [  # script, arguments, what the one line says
     ("bench_args.py", ["--k", "0"], COUNT), ("bench_args.py", ["--lam", "nan"], "must be a finite number >= 0"),
     ("bench_args.py", ["--lam", "-1"], "must be a finite number >= 0"),
@@ -33,10 +34,8 @@ CASES = [  # script, arguments, what the one line says
     ("bench_study.py", ["--from-run", "/"], "not a run folder (no config.yaml)"),
     ("bench_floor.py", ["--from-run", "/"], "not a run folder (no config.yaml)"),
     ("coverage_finding3.py", ["--repetitions", "0"], COUNT),
-    ("coverage_true_correlation.py", ["--repetitions", "-5"], COUNT),
-    ("coverage_true_correlation.py", ["--seed", "-1"], "a whole number >= 0"),
-    ("coverage_true_correlation.py", ["--cells", "pearson/20/1.5/0.9"], "STATISTIC/METHODS/RELIABILITY/RHO"),
-    ("coverage_true_correlation.py", ["--cells", "tau/20"], "STATISTIC/METHODS/RELIABILITY/RHO"),
+    (TRUE_MEANS, ["--repetitions", "-5"], COUNT), (TRUE_MEANS, ["--seed", "-1"], "a whole number >= 0"),
+    (TRUE_MEANS, ["--cells", "pearson/20/1.5/0.9"], CELL), (TRUE_MEANS, ["--cells", "tau/20"], CELL),
     ("paper_scale.py", ["--bench", "/nonexistent.jsonl"], "no such file"),
     ("paper_scale.py", ["--utilisation", "0"], "must be a share in (0, 1]"),
     ("paper_scale.py", ["--utilisation", "1.5"], "must be a share in (0, 1]"),
