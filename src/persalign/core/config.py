@@ -104,10 +104,10 @@ class RewardConfig:
     patience: int = 20
     adapt_epochs: int | None = None  # None: the method's default (100; PAL 500)
     max_steps: int | None = None  # cap on training steps (LoRA on CPU)
-    backbone_lr: float = 5e-5
-    lora_rank: int = 8
+    backbone_lr: float = 5e-5  # lora mode: the adapter's learning rate, for methods whose settings leave it empty
+    lora_rank: int = 8  # lora mode (rewards/lora.py, appendix F.1); rsLoRA scales by alpha / √rank
     lora_alpha: int = 16
-    feature_batch_size: int = 16
+    feature_batch_size: int = 16  # frozen mode: prompts per backbone forward while caching features
 
 
 @dataclass
@@ -140,10 +140,10 @@ class RLConfig:
     steps: int = 8  # optimizer steps per adapter (capped: CPU; the cell's settings say so)
     generations: int = 4  # completions sampled per prompt (GRPO's group)
     prompts_per_step: int = 1  # prompts per optimizer step (each with its `generations` completions)
-    learning_rate: float = 1e-4
-    lora_rank: int = 8
+    learning_rate: float = 1e-4  # of the policy's LoRA adapter (decoders/rl_training.py)
+    lora_rank: int = 8  # rank of the policy's adapter (PEFT, all linear layers)
     lora_alpha: int = 16
-    temperature: float = 1.0
+    temperature: float = 1.0  # of the sampled completions
 
 
 @dataclass
