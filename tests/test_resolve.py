@@ -65,3 +65,29 @@ def test_a_refused_config_leaves_no_run_folder(counted, tmp_path):
     with pytest.raises(ConfigError, match="config.args.top_k: 100000 is not allowed"):
         run(load_config("demo-baselines", ONE_SEED + ["args.top_k=100000"]), tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_the_command_line_checks_the_config_values_once(counted, tmp_path, monkeypatch):
+    """`persalign run` (and `persalign study`, the API from a file): load_config checks the values, resolve_run
+    does not again (before this change, 3947569, `validate` ran twice on this path: in load_config and in
+    resolve_run; this test failed there, 2 == 1). A RunConfig built or changed in code is still checked."""
+    from persalign.cli.commands import main
+    from persalign.core import config_checks
+    from persalign.runner import resolve as resolve_module
+
+    calls = Counter()
+    checked = config_checks.validate
+
+    def counting(config, where="config"):
+        calls["validate"] += 1
+        return checked(config, where)
+
+    monkeypatch.setattr(config_checks, "validate", counting)
+    monkeypatch.setattr(resolve_module, "validate", counting)
+    main(["run", "demo-baselines", *ONE_SEED, "-o", str(tmp_path / "cli"), "--quiet"])
+    assert calls["validate"] == 1
+    config = load_config("demo-baselines", ONE_SEED)
+    resolve_run(config, values_checked=True)
+    assert calls["validate"] == 2
+    resolve_run(config)  # a RunConfig that may have been built or changed in code: checked here
+    assert calls["validate"] == 3

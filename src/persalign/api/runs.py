@@ -10,10 +10,14 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from persalign.core.config import RunConfig, load_config
+
+if TYPE_CHECKING:
+    from persalign.runner.resolve import ResolvedRun
 
 
 def override_list(overrides: dict) -> list[str]:
@@ -123,14 +127,20 @@ def open_run(path: str | Path) -> Run:
     return Run(Path(path).resolve())
 
 
-def run(config: str | Path | RunConfig, out_dir: str | Path | None = None, *, log=None, backend=None,
+def run(config: str | Path | RunConfig | ResolvedRun, out_dir: str | Path | None = None, *, log=None, backend=None,
         **overrides) -> Run:
-    """Every cell of `config` (a YAML path, a built-in name or a RunConfig; `**overrides` as in the CLI, `__`
-    for dots), resumable, into `out_dir` (default runs/NAME); progress lines go to `log` (default: none)."""
+    """Every cell of `config` (a YAML path, a built-in name, a RunConfig or a run already resolved; `**overrides`
+    as in the CLI, `__` for dots), resumable, into `out_dir` (default runs/NAME); progress lines go to `log`
+    (default: none)."""
+    from persalign.runner.resolve import ResolvedRun, resolve_run
     from persalign.runner.run import run as run_cells
 
-    resolved = resolve(config, overrides)
-    store = run_cells(resolved, out_dir or f"runs/{resolved.name}", log=log or (lambda *_: None), backend=backend)
+    if not isinstance(config, ResolvedRun):  # a file or name passes load_config's value checks: not run twice
+        config = resolve_run(resolve(config, overrides), values_checked=not isinstance(config, RunConfig))
+    elif overrides:
+        raise TypeError("overrides go with a config file or name, not with a resolved run")
+    name = config.config.name
+    store = run_cells(config, out_dir or f"runs/{name}", log=log or (lambda *_: None), backend=backend)
     return Run(store.root)  # as given: the CLI's report lines name the folder as the user wrote it
 
 

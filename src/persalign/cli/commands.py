@@ -31,10 +31,11 @@ def _cmd_run(args) -> None:
     from persalign.api.runs import run
     from persalign.core.config import load_config
     from persalign.report.terminal import closing_summary
+    from persalign.runner.resolve import resolve_run
 
     config = load_config(args.config, args.overrides)
     _check_wandb(args)
-    finished = run(config, args.output, log=_log(args), backend=_backend(args))
+    finished = run(resolve_run(config, values_checked=True), args.output, log=_log(args), backend=_backend(args))
     say(closing_summary(finished.path))
     _log_to_wandb(args, [finished.path])
 

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from persalign.core.config import load_config
 from persalign.report.html import build_html_report
+from persalign.runner.resolve import resolve_run
 from persalign.runner.run import run
 
 QUICK_OVERRIDES = [
@@ -42,7 +43,7 @@ def run_study(configs: list[str], overrides: list[str], out_dir: str | None = No
     for number, config in enumerate(loaded, 1):
         log(f"study {number}/{len(loaded)}: {config.name} ({len(config.policies)} policy models, "
             f"{len(config.methods)} methods, {len(config.decoders)} decoders, {len(config.seeds)} seeds)")
-        store = run(config, root / config.name, log=log, backend=backend)
+        store = run(resolve_run(config, values_checked=True), root / config.name, log=log, backend=backend)
         build_html_report(store.root)  # writes report.md too, from one analysis of the run
         run_dirs.append(store.root)
     index = ["# persalign study", "", f"Wall time of this invocation: {(time.perf_counter() - started) / 60:.1f} min"

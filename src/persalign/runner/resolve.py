@@ -36,9 +36,11 @@ class ResolvedRun:
         return [p for p in self.cells if p.cell.policy == policy]
 
 
-def resolve_run(config: RunConfig) -> ResolvedRun:
-    """The resolved run, or the first ConfigError a user would have to fix."""
-    validate(config)  # a config built in code has not passed load_config's checks
+def resolve_run(config: RunConfig, values_checked: bool = False) -> ResolvedRun:
+    """The resolved run, or the first ConfigError a user would have to fix. `values_checked`: the config comes
+    from load_config, whose value checks it passed (they are not run again); one built in code has not."""
+    if not values_checked:
+        validate(config)
     check_methods(config)
     cells = tuple(plan(config))
     if not cells:

@@ -36,13 +36,15 @@ from persalign.runner.resolve import ResolvedRun, resolve_run
 from persalign.runner.store import RunStore
 
 
-def run(config: RunConfig, out_dir: str | Path, log=print, backend=None) -> RunStore:
-    """Every cell of `config` into `out_dir`, holding the directory's lock (a second run is refused).
+def run(config: RunConfig | ResolvedRun, out_dir: str | Path, log=print, backend=None) -> RunStore:
+    """Every cell of `config` (or of a run already resolved) into `out_dir`, holding the directory's lock (a
+    second run is refused).
 
     `backend` None runs the cells here, one after another; a `ray_backend.RayOptions` runs them as Ray tasks.
     """
-    resolved = resolve_run(config)  # every check, once, before the run dir (and its lock) is made
-    pin_numerics(config.threads)  # machine-independent numbers: models/numerics.py
+    # every check, once, before the run dir (and its lock) is made
+    resolved = config if isinstance(config, ResolvedRun) else resolve_run(config)
+    pin_numerics(resolved.config.threads)  # machine-independent numbers: models/numerics.py
     with locked(out_dir, log):
         if backend is not None:
             from persalign.runner.ray_backend import run_cells_on_ray  # Ray is an optional extra
