@@ -139,8 +139,7 @@ def run(config: str | Path | RunConfig | ResolvedRun, out_dir: str | Path | None
         config = resolve_run(resolve(config, overrides), values_checked=not isinstance(config, RunConfig))
     elif overrides:
         raise TypeError("overrides go with a config file or name, not with a resolved run")
-    name = config.config.name
-    store = run_cells(config, out_dir or f"runs/{name}", log=log or (lambda *_: None), backend=backend)
+    store = run_cells(config, out_dir or f"runs/{config.config.name}", log=log or (lambda *_: None), backend=backend)
     return Run(store.root)  # as given: the CLI's report lines name the folder as the user wrote it
 
 
