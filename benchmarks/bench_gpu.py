@@ -7,7 +7,8 @@ r). Prompts are random ids of the lengths of real prompts (48–160 tokens); ICL
 demonstrations before them (~600 tokens). Per architecture and batch size, each through persalign's own code:
 
 - greedy: `decoding.decode`; ICL (4 demonstrations): the same on the long prompts;
-- ARGS (k = 10, λ = 1) with the 0.5B RM: `args_decode` (the paper's design);
+- ARGS (k = 10, λ = 1) with the 0.5B RM: `args_decode` (the paper's design), and the same with its decode step
+  captured once as a CUDA graph and replayed (`graphed_args_decode`; capture included in its time);
 - ARGS's shared pass: `shared_args_decode` of 3 heads over the policy's own states (reward.mode frozen:
   one candidate forward per distinct prefix serves every head);
 - policy-accuracy scoring: Σ log π of a chosen and a rejected response per prompt (`logprob_sums`);
@@ -16,7 +17,7 @@ demonstrations before them (~600 tokens). Per architecture and batch size, each 
 - peak GPU memory of each stage (`torch.cuda.max_memory_allocated`, reset before it; weights included).
 
 Targets (issue #55): ARGS ÷ greedy ≥ 0.5 in tokens/s at batch 16; ARGS ≥ 3× the reference's prompts/s at
-batch 1 and ≥ 10× at batch 16.
+batch 1 and ≥ 10× at batch 16 (reported for the eager loop and for the graphed step).
 
     python benchmarks/bench_gpu.py                                          # on a CUDA machine
     python benchmarks/bench_gpu.py --archs tiny --batches 1 4 --max-new 4   # a CPU smoke run
@@ -37,6 +38,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerF
 
 from persalign.core.registry import METHODS
 from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_graph import graphed_args_decode
 from persalign.decoders.args_shared import HeadRow, shared_args_decode
 from persalign.engine.decoding import decode, greedy
 from persalign.models.device import resolve_device, resolve_dtype
@@ -52,7 +54,8 @@ ARCHITECTURES = {  # the published configs' shapes (persalign.models.qwen_shapes
 }
 REWARD_BACKBONE = {"tiny": "tiny"}  # every Qwen2.5 policy: the paper's Qwen2.5-0.5B reward backbone
 DEMONSTRATIONS = 4
-STAGES = ("greedy", "icl", "args", "args_shared_pass", "scoring")
+STAGES = ("greedy", "icl", "args", "args_graph", "args_shared_pass", "scoring")
+FALLIBLE = ("args_graph",)  # new on a GPU: its failure is recorded in its row, and the other stages still run
 
 
 def id_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
@@ -121,6 +124,8 @@ def stages(policy: LoadedLM, rm: LoadedLM, rm_head, args, inputs: dict) -> dict:
         "icl": lambda ps, new: count(decode(policy, [demos + p for p in ps], greedy, new)),
         "args": lambda ps, new: count(args_decode(policy, RewardGuide(rm, rm_head, ["u"] * len(ps), 1.0, args.k), ps,
                                                   new)),
+        "args_graph": lambda ps, new: count(graphed_args_decode(
+            policy, RewardGuide(rm, rm_head, ["u"] * len(ps), 1.0, args.k), ps, new)),
         "args_shared_pass": lambda ps, new: count(shared_args_decode(
             policy, [HeadRow(tuple(p), h, "u", 1.0) for h in heads for p in ps], new, args.k).ids),
         "scoring": scoring,
@@ -146,6 +151,16 @@ def measure(fn, prompts: list[list[int]], batch: int, device: torch.device, new:
             "peak_gib": torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None}
 
 
+def measure_stage(name: str, fn, prompts: list[list[int]], batch: int, device: torch.device, new: int) -> dict:
+    """`measure`, except that a FALLIBLE stage's error becomes its row ({"error": ...}) instead of ending the run."""
+    if name not in FALLIBLE:
+        return measure(fn, prompts, batch, device, new)
+    try:
+        return measure(fn, prompts, batch, device, new)
+    except Exception as error:  # noqa: BLE001 — recorded, with its type, in the stage's row
+        return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+
+
 def bench_architecture(arch: str, args, device: torch.device, dtype: torch.dtype) -> dict:
     inputs = bench_inputs(arch, args.max_prompts)
     rm_arch, prompts, tokenizer = inputs["rm_arch"], inputs["prompts"], id_tokenizer(inputs["vocab"])
@@ -155,33 +170,46 @@ def bench_architecture(arch: str, args, device: torch.device, dtype: torch.dtype
     out = {"parameters_b": sum(p.numel() for p in policy.model.parameters()) / 1e9, "reward_backbone": rm_arch}
     for batch in args.batches:
         few = prompts_at(prompts, batch, args.batch1_prompts)
-        out[f"batch{batch}"] = {name: measure(fn, few, batch, device, args.max_new) for name, fn in runs.items()}
+        out[f"batch{batch}"] = {name: measure_stage(name, fn, few, batch, device, args.max_new)
+                                for name, fn in runs.items()}
         row = out[f"batch{batch}"]
         row["args_over_greedy"] = row["args"]["tokens_per_s"] / row["greedy"]["tokens_per_s"]
     reference = measure(lambda ps, new: sum(len(reference_args(policy, rm, rm_head, p, 1.0, args.k, new)) for p in ps),
                         prompts[: args.reference_prompts], 1, device, args.max_new)
     out["reference"] = reference
     for batch in args.batches:
-        out[f"batch{batch}"]["args_over_reference"] = out[f"batch{batch}"]["args"]["prompts_per_s"] / \
-            reference["prompts_per_s"]
+        for stage in ("args", "args_graph"):
+            speed = out[f"batch{batch}"][stage].get("prompts_per_s")
+            out[f"batch{batch}"][f"{stage}_over_reference"] = None if speed is None else \
+                speed / reference["prompts_per_s"]
     return out
 
 
 def markdown(results: dict) -> list[str]:
     lines = ["| arch | batch | greedy tok/s | ICL tok/s | ARGS tok/s (÷ greedy) | ARGS ÷ reference (prompts/s) "
-             "| shared pass tok/s | scoring tok/s | peak GiB (greedy / ICL / ARGS / scoring) |", "|" + "---|" * 9]
+             "| graphed ARGS tok/s (÷ reference) | shared pass tok/s | scoring tok/s "
+             "| peak GiB (greedy / ICL / ARGS / graphed / scoring) |", "|" + "---|" * 10]
     for arch, out in results.items():
         for key in [k for k in out if k.startswith("batch")]:
             row = out[key]
-            peaks = " / ".join("–" if row[s]["peak_gib"] is None else f"{row[s]['peak_gib']:.1f}"
-                               for s in ("greedy", "icl", "args", "scoring"))
+            peaks = " / ".join("–" if row[s].get("peak_gib") is None else f"{row[s]['peak_gib']:.1f}"
+                               for s in ("greedy", "icl", "args", "args_graph", "scoring"))
             lines.append(f"| {arch} | {key[5:]} | {row['greedy']['tokens_per_s']:.0f} | "
                          f"{row['icl']['tokens_per_s']:.0f} | {row['args']['tokens_per_s']:.0f} "
                          f"({row['args_over_greedy']:.2f}) | "
-                         f"{row['args_over_reference']:.1f}× | {row['args_shared_pass']['tokens_per_s']:.0f} | "
+                         f"{row['args_over_reference']:.1f}× | {graphed(row)} | "
+                         f"{row['args_shared_pass']['tokens_per_s']:.0f} | "
                          f"{row['scoring']['tokens_per_s']:.0f} | {peaks} |")
-        lines.append(f"| {arch} | reference, 1 | – | – | {out['reference']['tokens_per_s']:.0f} | 1.0× | – | – | – |")
+        reference = out['reference']['tokens_per_s']
+        lines.append(f"| {arch} | reference, 1 | – | – | {reference:.0f} | 1.0× | – | – | – | – |")
     return lines
+
+
+def graphed(row: dict) -> str:
+    stage = row["args_graph"]
+    if "error" in stage:
+        return f"failed: {stage['error'][:80]}"
+    return f"{stage['tokens_per_s']:.0f} ({row['args_graph_over_reference']:.1f}×)"
 
 
 def parser() -> argparse.ArgumentParser:

@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
+from persalign.decoders.args_graph import graphed_args_decode
 from persalign.decoders.args_shared import HeadRow, shared_args_decode
 from persalign.engine.decoding import decode, greedy
 from persalign.models.loading import LoadedLM
@@ -107,6 +108,21 @@ def test_greedy_and_args_write_the_cpus_tokens_at_any_batch_size(device):
     assert all(same.values()), same
     assert outputs["device"]["greedy"] == outputs["device"]["greedy_alone"]
     assert outputs["device"]["args"] == outputs["device"]["args_alone"]
+
+
+def test_the_graphed_args_step_writes_the_cpus_eager_tokens(device):
+    """float32: ARGS with its step captured as a CUDA graph and replayed (decoders/args_graph.py; on the CPU
+    run uncaptured) writes the tokens of the CPU's eager loop, batched and one prompt at a time."""
+    cpu_policy, policy, cpu_rm, rm = (tiny_on(where, seed) for seed in (0, 1) for where in (torch.device("cpu"), device))
+    method = random_method("global_rm_v2", rm.model.config.hidden_size)
+    on_device = copy.deepcopy(method).to(device)
+    prompts = prompts_of(policy, TEXTS)
+    expected = args_decode(cpu_policy, RewardGuide(cpu_rm, method, ["u"] * 4, lam=2.0, top_k=5), prompts, 8)
+    graphed = graphed_args_decode(policy, RewardGuide(rm, on_device, ["u"] * 4, lam=2.0, top_k=5), prompts, 8)
+    alone = [graphed_args_decode(policy, RewardGuide(rm, on_device, ["u"], lam=2.0, top_k=5), [p], 8)[0]
+             for p in prompts]
+    record("graphed_args", {"batched_equal": graphed == expected, "alone_equal": alone == expected})
+    assert graphed == expected and alone == expected
 
 
 def test_the_shared_args_pass_decodes_each_head_as_it_does_alone(device):

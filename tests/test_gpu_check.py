@@ -26,13 +26,13 @@ def test_the_dry_run_runs_every_step_and_writes_its_figures(tmp_path):
     assert all(status.startswith("passed") for status in results["status"].values()), results["status"]
     assert list(results["status"]) == ["environment", "correctness", "timing", "pdpo_step", "study"]
     checks = results["correctness"]["checks"]
-    assert set(checks) == {"args_candidate_reward", "tokens", "shared_args_pass", "tiny_run_float32",
+    assert set(checks) == {"args_candidate_reward", "tokens", "graphed_args", "shared_args_pass", "tiny_run_float32",
                            "peak_gpu_memory_mib", "tiny_run_bf16"}
     assert checks["args_candidate_reward"]["largest_difference"]["teacher_forced"] <= 1e-4
     timing = results["timing"]["results"]["tiny"]
     for batch in ("batch1", "batch4"):
         assert {"greedy", "icl", "args", "args_shared_pass", "scoring"} <= set(timing[batch])
-        assert all(timing[batch][stage]["tokens"] > 0 for stage in ("greedy", "icl", "args", "scoring"))
+        assert all(timing[batch][stage]["tokens"] > 0 for stage in ("greedy", "icl", "args", "args_graph", "scoring"))
     assert timing["reference"]["prompts_per_s"] > 0 and results["timing"]["targets"]
     assert results["pdpo_step"]["steps"] == 1
     stages = {row["stage"]: row for row in results["study"]["stages"]}

@@ -1,0 +1,68 @@
+"""The graphed ARGS step (decoders/args_graph.py) chooses what the eager loop (`args_decode`) chooses.
+
+On the CPU the step runs uncaptured; tests/test_cuda.py checks the captured replay on a GPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from persalign.core.errors import ConfigError
+from persalign.decoders.args_decoding import RewardGuide, args_decode
+from persalign.decoders.args_graph import graphed_args_decode
+from persalign.models.loading import LoadedLM
+from persalign.models.tiny import tiny_llama
+from tests.test_rewards_args import prompts_of, random_method
+
+TEXTS = ["rain", "a long day at the council", "markets fall", "the mayor speaks on the new bridge"]
+
+
+def tiny(seed: int) -> LoadedLM:
+    model, tokenizer = tiny_llama(seed=seed)
+    return LoadedLM("tiny-llama", model, tokenizer, torch.device("cpu"))
+
+
+@pytest.fixture(scope="module")
+def models():
+    """A policy whose end-of-text row is scaled up, so that rows end at different steps, and an RM of its own."""
+    policy = tiny(4)
+    with torch.no_grad():
+        policy.model.lm_head.weight[policy.tokenizer.eos_token_id] *= 4
+    return policy, tiny(1)
+
+
+@pytest.mark.parametrize("name", ["global_rm", "global_rm_v2", "lore"])
+def test_graphed_step_writes_what_the_eager_loop_writes(models, name):
+    """Same tokens, row for row, for last / mean pooling and a per-user head, per-row λ, rows that end at
+    different steps (the eager loop drops them, the graphed step computes them and ignores them)."""
+    policy, rm = models
+    torch.manual_seed(3)  # random_method draws from the global generator
+    method = random_method(name, rm.model.config.hidden_size)
+    method.bind(rm)
+    prompts = prompts_of(policy, TEXTS)
+    guide = RewardGuide(rm, method, ["a", "b", "a", "c"], lam=[0.0, 0.5, 3.0, 10.0], top_k=4)
+    eager = args_decode(policy, guide, prompts, 16)
+    graphed = graphed_args_decode(policy, guide, prompts, 16)
+    assert graphed == eager
+    assert len({len(row) for row in eager}) > 1, "the rows should end at different steps for this test to bite"
+    assert eager[0] != eager[3]
+
+
+def test_graphed_step_alone_equals_batched(models):
+    policy, rm = models
+    torch.manual_seed(0)
+    method = random_method("global_rm", rm.model.config.hidden_size)
+    prompts = prompts_of(policy, TEXTS[:3])
+    guide = RewardGuide(rm, method, ["u"] * 3, lam=1.0, top_k=5)
+    batched = graphed_args_decode(policy, guide, prompts, 16)
+    alone = [graphed_args_decode(policy, RewardGuide(rm, method, ["u"], lam=1.0, top_k=5), [p], 16)[0]
+             for p in prompts]
+    assert batched == alone
+
+
+def test_a_shared_backbone_is_refused_in_one_line(models):
+    policy, _ = models
+    method = random_method("global_rm", policy.model.config.hidden_size)
+    with pytest.raises(ConfigError, match="own backbone"):
+        graphed_args_decode(policy, RewardGuide(policy, method, ["u"], lam=1.0, top_k=3), prompts_of(policy, ["x"]), 4)
