@@ -10,7 +10,7 @@ import torch
 
 from persalign.core.errors import ConfigError
 from persalign.decoders.args_decoding import RewardGuide, args_decode
-from persalign.decoders.args_graph import graphed_args_decode
+from persalign.decoders.args_graph import GraphedArgs, graphed_args_decode
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
 from tests.test_rewards_args import prompts_of, random_method
@@ -59,6 +59,20 @@ def test_graphed_step_alone_equals_batched(models):
     alone = [graphed_args_decode(policy, RewardGuide(rm, method, ["u"], lam=1.0, top_k=5), [p], 16)[0]
              for p in prompts]
     assert batched == alone
+
+
+def test_a_kept_step_serves_later_decodes_of_its_shape(models):
+    """Later decodes of the same rows and slot bucket load their prefill into the kept buffers (on CUDA: replay
+    the kept graph) and still write what the eager loop writes, whatever was decoded before."""
+    policy, rm = models
+    torch.manual_seed(3)
+    method = random_method("global_rm_v2", rm.model.config.hidden_size)
+    graphs = GraphedArgs()
+    for texts, users in ((TEXTS[:2], ["a", "b"]), (TEXTS[2:], ["c", "a"]), (TEXTS[1:3], ["b", "b"])):
+        guide = RewardGuide(rm, method, users, lam=[1.0, 3.0], top_k=4)
+        prompts = prompts_of(policy, texts)
+        assert graphs.decode(policy, guide, prompts, 16) == args_decode(policy, guide, prompts, 16)
+    assert len(graphs.replayers) == 1
 
 
 def test_a_shared_backbone_is_refused_in_one_line(models):

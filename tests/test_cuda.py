@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
-from persalign.decoders.args_graph import graphed_args_decode
+from persalign.decoders.args_graph import GraphedArgs
 from persalign.decoders.args_shared import HeadRow, shared_args_decode
 from persalign.engine.decoding import decode, greedy
 from persalign.models.loading import LoadedLM
@@ -118,11 +118,13 @@ def test_the_graphed_args_step_writes_the_cpus_eager_tokens(device):
     on_device = copy.deepcopy(method).to(device)
     prompts = prompts_of(policy, TEXTS)
     expected = args_decode(cpu_policy, RewardGuide(cpu_rm, method, ["u"] * 4, lam=2.0, top_k=5), prompts, 8)
-    graphed = graphed_args_decode(policy, RewardGuide(rm, on_device, ["u"] * 4, lam=2.0, top_k=5), prompts, 8)
-    alone = [graphed_args_decode(policy, RewardGuide(rm, on_device, ["u"], lam=2.0, top_k=5), [p], 8)[0]
-             for p in prompts]
-    record("graphed_args", {"batched_equal": graphed == expected, "alone_equal": alone == expected})
+    graphs = GraphedArgs()  # one kept step per shape: the alone decodes after the first replay a kept graph
+    graphed = graphs.decode(policy, RewardGuide(rm, on_device, ["u"] * 4, lam=2.0, top_k=5), prompts, 8)
+    alone = [graphs.decode(policy, RewardGuide(rm, on_device, ["u"], lam=2.0, top_k=5), [p], 8)[0] for p in prompts]
+    record("graphed_args", {"batched_equal": graphed == expected, "alone_equal": alone == expected,
+                            "kept_steps": len(graphs.replayers)})
     assert graphed == expected and alone == expected
+    assert len(graphs.replayers) == 2
 
 
 def test_the_shared_args_pass_decodes_each_head_as_it_does_alone(device):

@@ -6,9 +6,12 @@ prefills, k cache copies) hid in it. This module runs the same step as `args_dec
 `TreeScorer` path — top-k of log π, the k candidates' tree forward on the RM's cache, the choice
 argmax(log π + λ·r), the chosen candidate's KV entry kept, the policy's forward of that token — on buffers
 whose shapes never change (`SlotCache`: keys and values of every slot a decode can reach; the write slot
-and positions are device tensors), so one capture replays every step. On CUDA the first step runs eagerly
-(the warm-up), the second is captured, and every later step is one `graph.replay()`; elsewhere the same
-step runs uncaptured (how the CPU suite checks it against `args_decode`).
+and positions are device tensors), so one capture replays every step. On CUDA the first step of a shape
+runs eagerly (the warm-up), the second is captured, and every later step is one `graph.replay()`; a
+`GraphedArgs` keeps its captured steps, one per (models, method, rows, k, slot bucket: caches are sized
+to a multiple of SLOT_BUCKET), so later decodes of that shape load their prefill into the same buffers
+and replay from their first step. Elsewhere the same step runs uncaptured (how the CPU suite checks it
+against `args_decode`).
 
 What differs from the eager loop: finished rows are not dropped (fixed shapes) but computed and ignored;
 attention reads every slot under a mask, so floats can differ from the eager loop in their last bits
@@ -30,19 +33,28 @@ from persalign.decoders.args_scorers import RewardGuide, TreeScorer, make_scorer
 from persalign.engine.decoding import RowTracker, left_pad
 
 
+SLOT_BUCKET = 256  # caches hold a multiple of this many slots: prompts of near lengths share one capture
+
+
 class SlotCache:
     """A KV cache of fixed-size buffers (rows, heads, slots, dim) per layer; a forward of n tokens writes
     them at slots write_at .. write_at + n - 1 (`write_at`: a device tensor, so a captured step can move it).
-    Filled from a prefill's DynamicCache; the model reads every slot, and the attention mask says which count."""
+    The model reads every slot; the attention mask says which count."""
 
     def __init__(self, prefill_cache, slots: int, write_at: torch.Tensor):
         self.keys, self.values, self.write_at = [], [], write_at
         for layer in prefill_cache.layers:
-            rows, heads, width, dim = layer.keys.shape
+            rows, heads, _, dim = layer.keys.shape
             for store, filled in ((self.keys, layer.keys), (self.values, layer.values)):
-                buffer = torch.zeros((rows, heads, slots, dim), dtype=filled.dtype, device=filled.device)
-                buffer[:, :, :width] = filled
-                store.append(buffer)
+                store.append(torch.zeros((rows, heads, slots, dim), dtype=filled.dtype, device=filled.device))
+        self.load(prefill_cache)
+
+    def load(self, prefill_cache) -> None:
+        """A prefill's keys and values into the first slots (in place: a captured step reads these buffers)."""
+        for layer, key, value in zip(prefill_cache.layers, self.keys, self.values):
+            width = layer.keys.shape[2]
+            key[:, :, :width].copy_(layer.keys)
+            value[:, :, :width].copy_(layer.values)
 
     def update(self, key_states, value_states, layer_idx: int, cache_kwargs=None):
         index = self.write_at + torch.arange(key_states.shape[-2], device=key_states.device)
@@ -66,24 +78,36 @@ def additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
                                                                                       torch.finfo(dtype).min)
 
 
-class StaticArgsStep:
-    """The state of a graphed ARGS decode and its one step (every tensor keeps its address across steps)."""
+LOADED = ("logprobs", "slot", "next_pos", "users", "lams", "total", "count")  # a decode's start, copied in place
 
-    def __init__(self, policy, guide: RewardGuide, scorer: TreeScorer, start: dict):
-        self.policy, self.guide, self.scorer = policy, guide, scorer
-        self.rm_dtype = scorer.backbone.get_input_embeddings().weight.dtype
+
+class StaticArgsStep:
+    """The buffers of a graphed ARGS decode and its one step (every tensor keeps its address across steps
+    and decodes: `load` copies a new decode's start into them)."""
+
+    def __init__(self, policy, guide: RewardGuide, backbone, start: dict, slots: int):
+        self.policy, self.method, self.backbone, self.top_k = policy, guide.method, backbone, guide.top_k
+        self.rm_dtype = backbone.get_input_embeddings().weight.dtype
         self.policy_dtype = policy.model.get_input_embeddings().weight.dtype
         self.vocab = len(policy.tokenizer)
-        for name, value in start.items():  # slot, next_pos, logprobs, users, lams, valid, total, count
-            setattr(self, name, value)
-        width, new, k = self.valid.shape[1], start["max_new"], guide.top_k
-        self.policy_cache = SlotCache(start["policy_cache"], width + new, self.slot)
-        self.rm_cache = SlotCache(scorer.cache, width + new + k, self.slot)
-        self.slots = torch.arange(width + new + k, device=self.slot.device)
-        self.candidate_slots = torch.arange(k, device=self.slot.device)
-        self.valid = torch.cat([self.valid.bool(), torch.ones((self.valid.shape[0], new + k), dtype=torch.bool,
-                                                              device=self.slot.device)], dim=1)
-        self.tokens = torch.zeros(self.valid.shape[0], dtype=torch.long, device=self.slot.device)
+        for name in LOADED:
+            setattr(self, name, start[name].clone())
+        device, rows = self.slot.device, start["valid"].shape[0]
+        self.policy_cache = SlotCache(start["policy_cache"], slots, self.slot)
+        self.rm_cache = SlotCache(start["rm_cache"], slots, self.slot)
+        self.slots = torch.arange(slots, device=device)
+        self.candidate_slots = torch.arange(self.top_k, device=device)
+        self.valid = torch.ones((rows, slots), dtype=torch.bool, device=device)
+        self.valid[:, : start["valid"].shape[1]] = start["valid"].bool()
+        self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
+
+    def load(self, start: dict) -> None:
+        for name in LOADED:
+            getattr(self, name).copy_(start[name])
+        self.policy_cache.load(start["policy_cache"])
+        self.rm_cache.load(start["rm_cache"])
+        self.valid.fill_(True)
+        self.valid[:, : start["valid"].shape[1]].copy_(start["valid"].bool())
 
     def tree_mask(self) -> torch.Tensor:
         """(rows, 1, k, slots): candidate j sees the row's prefix (slots < slot) and its own slot, slot + j."""
@@ -92,37 +116,52 @@ class StaticArgsStep:
         return additive(prefix | own, self.rm_dtype)
 
     def step(self) -> None:
-        guide, rows = self.guide, self.valid.shape[0]
-        top_logprobs, candidates = self.logprobs[:, : self.vocab].topk(guide.top_k, dim=-1)
-        states = self.scorer.backbone(input_ids=candidates, attention_mask=self.tree_mask(),
-                                      position_ids=self.next_pos[:, None].expand(rows, guide.top_k),
-                                      past_key_values=self.rm_cache, use_cache=True).last_hidden_state
-        rewards = guide.method.token_rewards(states.float(), self.users)
-        prefix = self.pool_extend(rewards)
-        choice = (top_logprobs + self.lams[:, None] * prefix).argmax(dim=-1)
+        rows = self.valid.shape[0]
+        top_logprobs, candidates = self.logprobs[:, : self.vocab].topk(self.top_k, dim=-1)
+        states = self.backbone(input_ids=candidates, attention_mask=self.tree_mask(),
+                               position_ids=self.next_pos[:, None].expand(rows, self.top_k),
+                               past_key_values=self.rm_cache, use_cache=True).last_hidden_state
+        rewards = self.method.token_rewards(states.float(), self.users)
+        choice = (top_logprobs + self.lams[:, None] * self.pool_extend(rewards)).argmax(dim=-1)
         self.total.add_(rewards.gather(1, choice[:, None]).squeeze(1))
         self.count.add_(1)
         self.rm_cache.keep(self.slot, choice)
         self.tokens.copy_(candidates.gather(1, choice[:, None]).squeeze(1))
-        sees = additive((self.valid & (self.slots <= self.slot))[:, None, None, : self.policy_slots], self.policy_dtype)
+        sees = additive((self.valid & (self.slots <= self.slot))[:, None, None, :], self.policy_dtype)
         out = self.policy.model(input_ids=self.tokens[:, None], attention_mask=sees,
                                 position_ids=self.next_pos[:, None], past_key_values=self.policy_cache, use_cache=True)
         self.logprobs.copy_(torch.log_softmax(out.logits[:, -1].float(), dim=-1))
         self.next_pos.add_(1)
         self.slot.add_(1)
 
-    @property
-    def policy_slots(self) -> int:
-        return self.policy_cache.keys[0].shape[2]
-
     def pool_extend(self, rewards: torch.Tensor) -> torch.Tensor:
         """`PoolingState.extend` on the in-place running total and count."""
-        pooling = self.guide.method.pooling
+        pooling = self.method.pooling
         if pooling == "last":
             return rewards
         if pooling == "sum":
             return self.total[:, None] + rewards
         return (self.total[:, None] + rewards) / (self.count[:, None] + 1)
+
+
+class Replayer:
+    """One step at a time: on CUDA the first eagerly (the warm-up), then one captured graph replayed."""
+
+    def __init__(self, state: StaticArgsStep):
+        self.state, self.graph = state, None
+
+    def step(self) -> None:
+        device = self.state.slot.device
+        if device.type != "cuda":
+            self.state.step()
+        elif self.graph is None:
+            self.state.step()  # a real step, eager: kernels chosen, workspaces allocated
+            torch.cuda.synchronize(device)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):  # recorded, not run: the state is still after that step
+                self.state.step()
+        else:
+            self.graph.replay()
 
 
 def check_graphable(policy, guide: RewardGuide, scorer) -> None:
@@ -134,49 +173,50 @@ def check_graphable(policy, guide: RewardGuide, scorer) -> None:
                           f"({policy.device} and {guide.lm.device})")
 
 
-def start_state(policy, guide: RewardGuide, scorer, prompts: list[list[int]], max_new_tokens: int) -> dict:
-    """The prefill (the eager loop's own, so prompts are read identically) and the buffers the step moves."""
+def start_state(policy, guide: RewardGuide, scorer, prompts: list[list[int]]) -> dict:
+    """The prefill (the eager loop's own, so prompts are read identically) and where the first step starts."""
     ids, mask, positions = left_pad(prompts, policy.tokenizer.pad_token_id, policy.device)
     policy_cache, logprobs = scorer.prefill(ids, mask, positions)
-    rows = len(prompts)
-    return {"policy_cache": policy_cache, "logprobs": logprobs.clone(), "valid": mask, "max_new": max_new_tokens,
-            "slot": torch.tensor(ids.shape[1], device=policy.device), "next_pos": positions[:, -1] + 1,
-            "users": guide.method.user_ids(guide.users).to(policy.device),
-            "lams": torch.as_tensor(guide.lam, dtype=torch.float32, device=policy.device).expand(rows).clone(),
-            "total": torch.zeros(rows, device=policy.device), "count": torch.zeros(rows, device=policy.device)}
+    rows, device = len(prompts), policy.device
+    return {"policy_cache": policy_cache, "rm_cache": scorer.cache, "logprobs": logprobs, "valid": mask,
+            "slot": torch.tensor(ids.shape[1], device=device), "next_pos": positions[:, -1] + 1,
+            "users": guide.method.user_ids(guide.users).to(device),
+            "lams": torch.as_tensor(guide.lam, dtype=torch.float32, device=device).expand(rows),
+            "total": torch.zeros(rows, device=device), "count": torch.zeros(rows, device=device)}
 
 
-def replayer(state: StaticArgsStep):
-    """A function running one step: on CUDA the eager warm-up first, then one captured graph replayed."""
-    if state.slot.device.type != "cuda":
-        return state.step
-    graph, calls = torch.cuda.CUDAGraph(), [0]
+class GraphedArgs:
+    """ARGS decodes that keep their captured steps: one per (policy, RM, method, rows, k, slot bucket)."""
 
-    def run() -> None:
-        calls[0] += 1
-        if calls[0] == 1:
-            state.step()  # warm-up: a real step, eager (kernels chosen, workspaces allocated)
-            torch.cuda.synchronize(state.slot.device)
-            with torch.cuda.graph(graph):  # recorded, not run: the state is still after step 1
-                state.step()
-            return
-        graph.replay()
+    def __init__(self):
+        self.replayers: dict[tuple, Replayer] = {}  # each holds its models, so the ids in its key stay theirs
 
-    return run
+    @torch.no_grad()
+    def decode(self, policy, guide: RewardGuide, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+        """`args_decode`'s tokens for a sequence-level RM on its own backbone (see the module)."""
+        check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
+        guide.method.bind(guide.lm)
+        scorer = make_scorer(policy, guide, prompts)
+        check_graphable(policy, guide, scorer)
+        start = start_state(policy, guide, scorer, prompts)
+        needed = int(start["slot"]) + max_new_tokens + guide.top_k
+        slots = -(-needed // SLOT_BUCKET) * SLOT_BUCKET
+        key = (id(policy.model), id(scorer.backbone), id(guide.method), len(prompts), guide.top_k, slots)
+        replayer = self.replayers.get(key)
+        if replayer is None:
+            replayer = self.replayers[key] = Replayer(StaticArgsStep(policy, guide, scorer.backbone, start, slots))
+        else:
+            replayer.state.load(start)
+        rows = RowTracker(policy.tokenizer, start["logprobs"].shape[-1], len(prompts), policy.device)
+        for _ in range(max_new_tokens):
+            replayer.step()
+            rows.push(replayer.state.tokens.clone())
+            if rows.done:
+                break
+        return rows.generated
 
 
-@torch.no_grad()
-def graphed_args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
-    """`args_decode` with a sequence-level RM on its own backbone, one captured step replayed (see the module)."""
-    check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
-    guide.method.bind(guide.lm)
-    scorer = make_scorer(policy, guide, prompts)
-    check_graphable(policy, guide, scorer)
-    state = StaticArgsStep(policy, guide, scorer, start_state(policy, guide, scorer, prompts, max_new_tokens))
-    step, rows = replayer(state), RowTracker(policy.tokenizer, state.logprobs.shape[-1], len(prompts), policy.device)
-    for _ in range(max_new_tokens):
-        step()
-        rows.push(state.tokens.clone())
-        if rows.done:
-            break
-    return rows.generated
+def graphed_args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_tokens: int,
+                        graphs: GraphedArgs | None = None) -> list[list[int]]:
+    """`GraphedArgs.decode`, keeping the captured steps in `graphs` (a fresh holder when None)."""
+    return (graphs or GraphedArgs()).decode(policy, guide, prompts, max_new_tokens)
