@@ -80,3 +80,18 @@ def test_a_shared_backbone_is_refused_in_one_line(models):
     method = random_method("global_rm", policy.model.config.hidden_size)
     with pytest.raises(ConfigError, match="own backbone"):
         graphed_args_decode(policy, RewardGuide(policy, method, ["u"], lam=1.0, top_k=3), prompts_of(policy, ["x"]), 4)
+
+
+def test_a_run_with_cuda_graph_reports_the_eager_runs_numbers(tmp_path, cache_dir, monkeypatch):
+    """`args.cuda_graph: true`: the LoRA RM's ARGS cell decodes through GraphedArgs (uncaptured here) and every
+    reported number, λ and generation equals the eager run's (float32)."""
+    from tests.test_same_numbers import lora_run
+
+    decodes = []
+    real = GraphedArgs.decode
+    monkeypatch.setattr(GraphedArgs, "decode", lambda self, *a: decodes.append(1) or real(self, *a))
+    eager = lora_run(tmp_path / "eager")
+    assert not decodes
+    graphed = lora_run(tmp_path / "graphed", "args.cuda_graph=true")
+    assert decodes
+    assert graphed == eager

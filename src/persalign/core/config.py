@@ -121,6 +121,9 @@ class ArgsConfig:
     validation_size: int = 32  # held-out train-user items for the harmonic-mean rule
     enabled: bool = True  # deploy every method with ARGS (false: only Best-of-N cells, if enabled)
     shared_pass: bool = True  # frozen-backbone heads decode as rows of one pass (runner/args_pass.py)
+    # A deployed RM on its own backbone decodes with its step captured as a CUDA graph (decoders/args_graph.py):
+    # on an H200 3-10x faster at batch 1; floats may differ from the eager loop in bf16 at near-ties
+    cuda_graph: bool = False
 
 
 @dataclass

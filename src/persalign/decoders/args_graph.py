@@ -17,7 +17,8 @@ What differs from the eager loop: finished rows are not dropped (fixed shapes) b
 attention reads every slot under a mask, so floats can differ from the eager loop in their last bits
 (float32: the same tokens in the tests; bf16: near-ties may part, as with a change of batch). Only a
 sequence-level RM on its own backbone (the paper's setting: a 0.5B RM beside each policy) takes this path;
-`graphed_args_decode` refuses the others. No step trace is recorded.
+`GraphedArgs.decode` refuses the others, and a run with `args.cuda_graph: true` decodes them eagerly. No
+step trace is recorded; the λ choice's validation decodes stay eager.
 
     pytest tests/test_args_graph.py
     python benchmarks/bench_gpu.py --archs tiny --batches 1 4 --max-new 4   # stage args_graph
@@ -29,7 +30,7 @@ import torch
 
 from persalign.core.errors import ConfigError
 from persalign.decoders.args_decoding import check_same_tokenizer
-from persalign.decoders.args_scorers import RewardGuide, TreeScorer, make_scorer
+from persalign.decoders.args_scorers import RewardGuide, make_scorer
 from persalign.engine.decoding import RowTracker, left_pad
 
 
@@ -164,13 +165,15 @@ class Replayer:
             self.graph.replay()
 
 
-def check_graphable(policy, guide: RewardGuide, scorer) -> None:
-    if not isinstance(scorer, TreeScorer) or scorer.shared:
-        raise ConfigError("a graphed ARGS step needs a sequence-level reward model on its own backbone (the paper's "
-                          "setting); token-level, text-level and shared-backbone RMs decode with the eager loop")
+def not_graphable(policy, guide: RewardGuide) -> str | None:
+    """Why this policy and RM cannot take the graphed step (None: they can)."""
+    if getattr(guide.method, "text_level", False) or guide.method.token_level or guide.lm.model is policy.model:
+        return ("a graphed ARGS step needs a sequence-level reward model on its own backbone (the paper's setting); "
+                "token-level, text-level and shared-backbone RMs decode with the eager loop")
     if guide.lm.device != policy.device:
-        raise ConfigError(f"a graphed ARGS step needs the policy and the reward backbone on one device "
-                          f"({policy.device} and {guide.lm.device})")
+        return f"a graphed ARGS step needs the policy and the reward backbone on one device ({policy.device} and " \
+               f"{guide.lm.device})"
+    return None
 
 
 def start_state(policy, guide: RewardGuide, scorer, prompts: list[list[int]]) -> dict:
@@ -194,10 +197,11 @@ class GraphedArgs:
     @torch.no_grad()
     def decode(self, policy, guide: RewardGuide, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         """`args_decode`'s tokens for a sequence-level RM on its own backbone (see the module)."""
+        if (reason := not_graphable(policy, guide)) is not None:
+            raise ConfigError(reason)
         check_same_tokenizer(policy.tokenizer, guide.lm.tokenizer)
         guide.method.bind(guide.lm)
         scorer = make_scorer(policy, guide, prompts)
-        check_graphable(policy, guide, scorer)
         start = start_state(policy, guide, scorer, prompts)
         needed = int(start["slot"]) + max_new_tokens + guide.top_k
         slots = -(-needed // SLOT_BUCKET) * SLOT_BUCKET

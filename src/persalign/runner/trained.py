@@ -133,7 +133,7 @@ class RewardBackbones:
             base = load_causal_lm(name, cfg.device, cfg.dtype, cfg.cache_dir)
             adapter = model_dir(self.store, method_label, seed) / "adapter"
             lm = load_adapter(base, adapter) if adapter.exists() else attach_lora(base, cfg.reward.lora_rank,
-                                                                                  cfg.reward.lora_alpha)
+                                                                                  cfg.reward.lora_alpha, seed=seed)
             backbone = RewardBackbone(lm, f"{slug}-lora", trainable=not adapter.exists())
         backbone.batch_size = cfg.reward.feature_batch_size
         backbone.token_budget = cfg.generation.token_budget
@@ -203,7 +203,7 @@ def _save(method, info: dict, where) -> None:
     method.save(where)
 
 
-def _policy_model(config, policy_lm, where):
+def _policy_model(config, policy_lm, where, seed: int):
     """The policy the method trains: the frozen policy itself, or a fresh copy carrying a LoRA adapter."""
     if config.reward.mode == "frozen":
         return policy_lm
@@ -211,7 +211,7 @@ def _policy_model(config, policy_lm, where):
     adapter = where / "adapter"
     if adapter.exists():
         return load_adapter(base, adapter)
-    return attach_lora(base, config.reward.lora_rank, config.reward.lora_alpha)
+    return attach_lora(base, config.reward.lora_rank, config.reward.lora_alpha, seed=seed)
 
 
 def trained_policy_method(ctx) -> TrainedPolicyMethod:
@@ -220,7 +220,7 @@ def trained_policy_method(ctx) -> TrainedPolicyMethod:
     where = trained_dir(run.store, planned)
     method_cls = METHODS.get(planned.method.name)
     saved = _load_saved(method_cls, where)
-    lm = _policy_model(run.config, ctx.policy.lm, where)
+    lm = _policy_model(run.config, ctx.policy.lm, where, ctx.seed)
     ctx.policy.meter.watch(lm.model)
     if saved is not None:
         return TrainedPolicyMethod(saved[0], lm, saved[1])
