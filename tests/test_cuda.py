@@ -31,6 +31,7 @@ from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
 from tests.golden import assert_same, load_golden, run_tiny
 from tests.test_rewards_args import prompts_of, random_method
+from tests.test_same_numbers import lora_run
 
 pytestmark = pytest.mark.cuda
 
@@ -125,6 +126,16 @@ def test_the_graphed_args_step_writes_the_cpus_eager_tokens(device):
                             "kept_steps": len(graphs.replayers)})
     assert graphed == expected and alone == expected
     assert len(graphs.replayers) == 2
+
+
+def test_a_lora_run_with_cuda_graph_reports_the_cpus_eager_numbers(device, tmp_path, monkeypatch):
+    """float32, `args.cuda_graph: true`: a run whose LoRA RM's ARGS cell decodes with the captured step on the
+    device reports what the eager run reports on the CPU (every reported number, λ and generation)."""
+    monkeypatch.setenv("PERSALIGN_CACHE", str(tmp_path / "cache"))
+    cpu = lora_run(tmp_path / "cpu", "device=cpu", "dtype=float32")
+    graphed = lora_run(tmp_path / "device", f"device={device.type}", "dtype=float32", "args.cuda_graph=true")
+    record("lora_run_cuda_graph", {"cells": len(graphed)})
+    assert_same(cpu, graphed, same_machine=device.type == "cpu")
 
 
 def test_the_shared_args_pass_decodes_each_head_as_it_does_alone(device):
