@@ -95,3 +95,35 @@ def test_a_run_with_cuda_graph_reports_the_eager_runs_numbers(tmp_path, cache_di
     graphed = lora_run(tmp_path / "graphed", "args.cuda_graph=true")
     assert decodes
     assert graphed == eager
+
+
+def test_a_graphed_decode_meters_every_step_it_computes(models):
+    """Metered work (engine/work_meter.py) of a graphed decode: each step's policy forward of one token and RM
+    forward of k candidates per row, over every slot of the buffers (what a step computes), counted once per
+    step — the first by the meter's hooks, the later ones (a replayed graph runs no hook) by their measured
+    amount. Checked against the cost formula; on CUDA the replayed steps take the same path."""
+    from persalign.engine.cost import ModelShape, forward_flops, shape_of
+    from persalign.engine.work_meter import WorkMeter
+
+    policy, rm = models
+    torch.manual_seed(3)
+    method = random_method("global_rm", rm.model.config.hidden_size)
+    meter = WorkMeter()
+    meter.watch(policy.model)
+    meter.watch(rm.model)
+    graphs = GraphedArgs(meter)
+    prompts, k, new = prompts_of(policy, TEXTS), 4, 16
+    rows = graphs.decode(policy, RewardGuide(rm, method, ["u"] * 4, lam=1.0, top_k=k), prompts, new)
+    steps = min(new, max(len(row) + 1 for row in rows))
+    (replayer,) = graphs.replayers.values()
+    slots = replayer.state.slots.numel()
+    body = {name: (lambda s: ModelShape(s.body_params, 0.0, s.layers, s.width))(shape_of(lm.model))
+            for name, lm in (("policy", policy), ("rm", rm))}
+    per_step = len(prompts) * (forward_flops(body["policy"], 1, slots) + forward_flops(body["rm"], k, slots)
+                               + 2.0 * shape_of(policy.model).head_params)  # the policy's head: one row each
+    width, head = max(map(len, prompts)), 2.0 * shape_of(policy.model).head_params
+    prefill = len(prompts) * (forward_flops(body["policy"], width) + forward_flops(body["rm"], width) + head)
+    assert meter.flops == pytest.approx(prefill + steps * per_step, rel=1e-12)
+    meter.flops = 0.0
+    graphs.decode(policy, RewardGuide(rm, method, ["u"] * 4, lam=1.0, top_k=k), prompts, new)  # the kept step
+    assert meter.flops == pytest.approx(prefill + steps * per_step, rel=1e-12)

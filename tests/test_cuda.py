@@ -128,6 +128,25 @@ def test_the_graphed_args_step_writes_the_cpus_eager_tokens(device):
     assert len(graphs.replayers) == 2
 
 
+def test_a_replayed_graph_meters_the_work_the_cpu_meters(device):
+    """A replayed CUDA graph runs no forward hook: the graphed decode's metered work (each step counted once)
+    must equal the CPU's, where the same step runs uncaptured."""
+    from persalign.engine.work_meter import WorkMeter
+
+    metered, head = {}, random_method("global_rm", 64, seed=1)
+    for where in (torch.device("cpu"), device):
+        policy, rm = tiny_on(where, 0), tiny_on(where, 1)
+        meter = WorkMeter()
+        meter.watch(policy.model)
+        meter.watch(rm.model)
+        method = copy.deepcopy(head).to(where)
+        GraphedArgs(meter).decode(policy, RewardGuide(rm, method, ["u"] * 4, lam=1.0, top_k=5),
+                                  prompts_of(policy, TEXTS), 8)
+        metered[where.type] = meter.flops
+    record("graphed_args_metered_flops", metered)
+    assert metered[device.type] == metered["cpu"] > 0
+
+
 def test_a_lora_run_with_cuda_graph_reports_the_cpus_eager_numbers(device, tmp_path, monkeypatch):
     """float32, `args.cuda_graph: true`: a run whose LoRA RM's ARGS cell decodes with the captured step on the
     device reports what the eager run reports on the CPU (every reported number, λ and generation)."""

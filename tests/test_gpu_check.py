@@ -26,8 +26,9 @@ def test_the_dry_run_runs_every_step_and_writes_its_figures(tmp_path):
     assert all(status.startswith("passed") for status in results["status"].values()), results["status"]
     assert list(results["status"]) == ["environment", "correctness", "timing", "pdpo_step", "study"]
     checks = results["correctness"]["checks"]
-    assert set(checks) == {"args_candidate_reward", "tokens", "graphed_args", "lora_run_cuda_graph", "shared_args_pass",
-                           "tiny_run_float32", "peak_gpu_memory_mib", "tiny_run_bf16"}
+    assert set(checks) == {"args_candidate_reward", "tokens", "graphed_args", "graphed_args_metered_flops",
+                           "lora_run_cuda_graph", "shared_args_pass", "tiny_run_float32", "peak_gpu_memory_mib",
+                           "tiny_run_bf16"}
     assert checks["args_candidate_reward"]["largest_difference"]["teacher_forced"] <= 1e-4
     timing = results["timing"]["results"]["tiny"]
     for batch in ("batch1", "batch4"):

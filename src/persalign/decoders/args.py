@@ -47,7 +47,7 @@ class ArgsDeployment(TrainedDeployment):
         super().__init__(ctx)
         self.lm, self.args = ctx.policy.lm, ctx.run.config.args
         self.choice: dict = {}
-        self.graphs = GraphedArgs()  # args.cuda_graph: the cell's captured steps, kept across its batches
+        self.graphs = GraphedArgs(ctx.policy.meter)  # args.cuda_graph: the cell's captured steps, kept across batches
 
     def begin(self) -> None:
         path = lambda_path(self.ctx)

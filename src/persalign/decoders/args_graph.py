@@ -30,6 +30,8 @@ step trace is recorded; the λ choice's validation decodes stay eager.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 
 from persalign.core.errors import ConfigError
@@ -150,23 +152,36 @@ class StaticArgsStep:
 
 
 class Replayer:
-    """One step at a time: on CUDA the first eagerly (the warm-up), then one captured graph replayed."""
+    """One step at a time: on CUDA the first eagerly (the warm-up), then one captured graph replayed.
 
-    def __init__(self, state: StaticArgsStep):
-        self.state, self.graph = state, None
+    Metered work (engine/work_meter.py): the first step's forwards are metered by the meter's hooks as they
+    run, and every later step adds that same amount (every step has the same shapes); a capture computes
+    nothing and a replay runs no hook, so both leave the hooks paused. The CPU takes the same path, uncaptured."""
+
+    def __init__(self, state: StaticArgsStep, meter=None):
+        self.state, self.graph, self.meter, self.step_flops = state, None, meter, None
 
     def step(self) -> None:
+        if self.step_flops is None:
+            work: dict = {}
+            with self.meter.measure(work, "flops", with_shared=True) if self.meter else nullcontext():
+                self.state.step()  # a real step, eager: kernels chosen, workspaces allocated, work metered
+            self.step_flops = work.get("flops", 0.0)
+            self.capture()
+            return
+        with self.meter.paused() if self.meter else nullcontext():
+            self.graph.replay() if self.graph is not None else self.state.step()
+        if self.meter:
+            self.meter.add(self.step_flops)
+
+    def capture(self) -> None:
         device = self.state.slot.device
         if device.type != "cuda":
-            self.state.step()
-        elif self.graph is None:
-            self.state.step()  # a real step, eager: kernels chosen, workspaces allocated
-            torch.cuda.synchronize(device)
-            self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph):  # recorded, not run: the state is still after that step
-                self.state.step()
-        else:
-            self.graph.replay()
+            return
+        torch.cuda.synchronize(device)
+        self.graph = torch.cuda.CUDAGraph()
+        with self.meter.paused() if self.meter else nullcontext(), torch.cuda.graph(self.graph):
+            self.state.step()  # recorded, not run: the state is still after the first step
 
 
 def not_graphable(policy, guide: RewardGuide) -> str | None:
@@ -195,8 +210,9 @@ def start_state(policy, guide: RewardGuide, scorer, prompts: list[list[int]]) ->
 class GraphedArgs:
     """ARGS decodes that keep their captured steps: one per (policy, RM, method, rows, k, slot bucket)."""
 
-    def __init__(self):
+    def __init__(self, meter=None):
         self.replayers: dict[tuple, Replayer] = {}  # each holds its models, so the ids in its key stay theirs
+        self.meter = meter  # the run's WorkMeter (watching both models), or None
 
     @torch.no_grad()
     def decode(self, policy, guide: RewardGuide, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
@@ -212,7 +228,8 @@ class GraphedArgs:
         key = (id(policy.model), id(scorer.backbone), id(guide.method), len(prompts), guide.top_k, slots)
         replayer = self.replayers.get(key)
         if replayer is None:
-            replayer = self.replayers[key] = Replayer(StaticArgsStep(policy, guide, scorer.backbone, start, slots))
+            state = StaticArgsStep(policy, guide, scorer.backbone, start, slots)
+            replayer = self.replayers[key] = Replayer(state, self.meter)
         else:
             replayer.state.load(start)
         rows = RowTracker(policy.tokenizer, start["logprobs"].shape[-1], len(prompts), policy.device)

@@ -37,6 +37,7 @@ class WorkMeter:
         self.flops = 0.0
         self.shared_flops = 0.0  # work done for a memo or cache that later cells reuse
         self._sharing = 0
+        self._paused = 0
         self._watched: set[int] = set()
 
     def watch(self, model) -> None:
@@ -53,7 +54,22 @@ class WorkMeter:
         if head is not None:
             head.register_forward_hook(self._head_hook(shape.head_params, shape.width))
 
+    def add(self, flops: float) -> None:
+        """Count work the watched models computed without their hooks seeing it (a replayed CUDA graph)."""
+        self._add(flops)
+
+    @contextmanager
+    def paused(self):
+        """Forwards in the block count nothing: a CUDA graph's capture traces a step without computing it."""
+        self._paused += 1
+        try:
+            yield
+        finally:
+            self._paused -= 1
+
     def _add(self, flops: float) -> None:
+        if self._paused:
+            return
         flops *= TRAINING_FACTOR if torch.is_grad_enabled() else 1.0
         if self._sharing:
             self.shared_flops += flops
