@@ -44,6 +44,7 @@ CASES = [  # script, arguments, what the one line says
     ("gpu_study.py", ["--recorded", "/nonexistent.json"], "no such file"),
     ("gpu_study.py", ["--rates", "/nonexistent.json"], "no such file"),
     ("bench_scales.py", ["--sizes", "70b"], "invalid choice"),
+    ("graph_agreement.py", ["--policies", "0"], COUNT), ("graph_agreement.py", ["--heads", "-1"], COUNT),
 ]
 
 
