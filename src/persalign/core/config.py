@@ -122,7 +122,8 @@ class ArgsConfig:
     enabled: bool = True  # deploy every method with ARGS (false: only Best-of-N cells, if enabled)
     shared_pass: bool = True  # frozen-backbone heads decode as rows of one pass (runner/args_pass.py)
     # A deployed RM on its own backbone decodes with its step captured as a CUDA graph (decoders/args_graph.py):
-    # on an H200 3-10x faster at batch 1; floats may differ from the eager loop in bf16 at near-ties
+    # on an H200 3-10x faster at batch 1; floats may differ from the eager loop in bf16 at near-ties. On a CPU
+    # the same step runs uncaptured: no faster than the eager loop (it is there to be tested)
     cuda_graph: bool = False
 
 
