@@ -9,7 +9,9 @@ decoded (bench_gpu.bench_inputs) — divided by the seconds it took:
 
 - decode     = greedy's counted FLOPs ÷ greedy's seconds (its one prefill included: 1 forward in 25);
 - candidates = ARGS's (k candidates a step through the 0.5B RM, the policy's decode) ÷ ARGS's seconds;
-- prefill    = policy-accuracy scoring's (whole prompt + response forwards) ÷ scoring's seconds.
+- prefill    = policy-accuracy scoring's (whole prompt + response forwards) ÷ scoring's seconds;
+- candidates_graphed = the same ARGS work ÷ the graphed step's seconds (`args_graph`; where it was timed
+  and did not fail): what a run with `args.cuda_graph` and an RM on its own backbone decodes at.
 
 `persalign plan CONFIG --gpu-rates FILE` then divides each stage's counted work by the rate of its kind at the
 nearest measured architecture and the run's batch size (log-interpolated between measured batch sizes).
@@ -30,6 +32,7 @@ from persalign.engine.cost import args_work, forward_flops, greedy_work
 from persalign.runner.counted_plan import NO_HEAD, shape_from_config
 
 KINDS = {"decode": "greedy", "candidates": "args", "prefill": "scoring"}  # rate kind -> the stage it is read from
+GRAPHED = {"candidates_graphed": "args_graph"}  # read where the timing has the stage (runs from 2026-11-27 on)
 
 
 def stage_flops(stage: str, shapes: dict, prompts: list, inputs: dict, timing: dict) -> float:
@@ -40,7 +43,7 @@ def stage_flops(stage: str, shapes: dict, prompts: list, inputs: dict, timing: d
         pairs = zip(prompts, responses[: len(prompts)], responses[len(prompts): 2 * len(prompts)])
         return sum(forward_flops(policy, len(p) + len(c)) + forward_flops(policy, len(p) + len(r)) for p, c, r in pairs)
     generated = round(shapes["tokens"][stage] / len(prompts))
-    if stage == "args":
+    if stage in ("args", "args_graph"):
         work = {"policy": policy, "reward": shapes["reward"], "head": NO_HEAD}
         return sum(args_work(work, len(p), generated, new, k, False).flops for p in prompts)
     return sum(greedy_work(policy, len(p), generated, new).flops for p in prompts)
@@ -55,9 +58,10 @@ def architecture_rates(arch: str, measured: dict, timing: dict) -> dict:
         batch = int(key[len("batch"):])
         prompts = prompts_at(inputs["prompts"], batch, timing.get("batch1_prompts", 4))
         row = measured[key]
-        shapes = {"policy": policy, "reward": reward, "tokens": {s: row[s]["tokens"] for s in KINDS.values()}}
+        kinds = {**KINDS, **{k: s for k, s in GRAPHED.items() if "seconds" in row.get(s, {})}}
+        shapes = {"policy": policy, "reward": reward, "tokens": {s: row[s]["tokens"] for s in kinds.values()}}
         batches[str(batch)] = {kind: stage_flops(stage, shapes, prompts, inputs, timing) / row[stage]["seconds"] / 1e9
-                               for kind, stage in KINDS.items()}
+                               for kind, stage in kinds.items()}
     return {"body_params": policy.body_params, "batches": batches}
 
 

@@ -152,12 +152,13 @@ def test_the_rates_are_measured_once_said_while_measuring_and_read_back(cache_di
     assert capsys.readouterr().err == ""
 
 
-def rates_file(path, entries: dict, device: str = "NVIDIA H200"):
-    """A --gpu-rates file: {arch: (body parameters, {batch: rate of every kind})}."""
-    architectures = {arch: {"body_params": params, "batches": {str(b): {k: r for k in ("decode", "candidates",
-                                                                                          "prefill")}
-                                                                 for b, r in batches.items()}}
-                     for arch, (params, batches) in entries.items()}
+def rates_file(path, entries: dict, device: str = "NVIDIA H200", graphed: float | None = None):
+    """A --gpu-rates file: {arch: (body parameters, {batch: rate of every kind})}; `graphed`: the graphed ARGS
+    step's rate at every batch (candidates_graphed), else none."""
+    kinds = ("decode", "candidates", "prefill")
+    architectures = {arch: {"body_params": params, "batches": {
+        str(b): {k: r for k in kinds} | ({"candidates_graphed": graphed} if graphed else {})
+        for b, r in batches.items()}} for arch, (params, batches) in entries.items()}
     path.write_text(json.dumps({"device": device, "architectures": architectures}))
     return str(path)
 
@@ -185,6 +186,31 @@ def test_the_plan_adds_a_column_at_measured_gpu_rates(tmp_path, cache_dir):
     assert float(row.strip("| ").split(" | ")[-1]) == pytest.approx(work["scoring"] / 10e9 / 60, rel=2e-3)
 
 
+def test_graphed_argss_measured_rate_projects_a_graphed_runs_generation_not_its_lambda_choice(tmp_path, cache_dir):
+    """`args.cuda_graph` with a LoRA RM decodes ARGS with the captured step (docs/scale-out.md: 3.4–9.6× the
+    reference at batch 1 on an H200): the GPU column reads generation's candidates at the file's graphed rate;
+    the λ choice (eager) and a run without the graph at the eager one; a file without graphed rates says so."""
+    from persalign.planner.plan import gpu_rates_for
+
+    path = rates_file(tmp_path / "r.json", {"any": (1e8, {1: 10.0, 64: 10.0})}, graphed=40.0)
+    options = PlanOptions(rates_model="tiny-llama", rate_reps=1, gpu_rates=path)
+
+    def column(config, stage: str) -> float:
+        row = next(line for line in plan_report(config, options).splitlines() if line.startswith(f"| {stage} |"))
+        return float(row.strip("| ").split(" | ")[-1])
+
+    graphed = load_config("demo-baselines", TINY_ARGS + ["reward.mode=lora", "args.cuda_graph=true"])
+    eager = load_config("demo-baselines", TINY_ARGS + ["reward.mode=lora"])
+    frozen = load_config("demo-baselines", TINY_ARGS + ["args.cuda_graph=true"])  # heads on the policy: eager
+    stage = "generation (candidates)"
+    assert column(eager, stage) == pytest.approx(4 * column(graphed, stage), rel=1e-2)  # printed to 3 digits
+    assert column(frozen, stage) == pytest.approx(column(eager, stage), rel=2e-3)
+    assert column(graphed, "λ choice") == pytest.approx(column(eager, "λ choice"), rel=2e-3)
+    assert "graphed ARGS" in plan_report(graphed, options)
+    plain = rates_file(tmp_path / "plain.json", {"any": (1e8, {1: 10.0})})
+    assert gpu_rates_for(plain, 1e8, 1, graphed=True)[1].endswith("eager ARGS: the file has no graphed rates")
+
+
 @pytest.mark.parametrize("content, problem", [
     (None, "cannot be read"),
     ("not json", "not a rates file of benchmarks/gpu_rates.py (JSONDecodeError"),
@@ -192,6 +218,8 @@ def test_the_plan_adds_a_column_at_measured_gpu_rates(tmp_path, cache_dir):
     ('{"device": "x", "architectures": {"a": {"body_params": 1e8, "batches": {"1": {"decode": 0, "candidates": 1, '
      '"prefill": 1}}}}}', "no architecture with finite rates > 0"),
     ('{"device": "x", "architectures": {"a": {"batches": {}}}}', "not a rates file of benchmarks/gpu_rates.py (KeyError"),
+    ('{"device": "x", "architectures": {"a": {"body_params": 1e8, "batches": {"1": {"decode": 1, "candidates": 1, '
+     '"prefill": 1, "candidates_graphed": -2}}}}}', "no architecture with finite rates > 0"),
 ])
 def test_a_gpu_rates_file_that_is_missing_or_malformed_is_refused_in_one_line(tmp_path, capsys, content, problem):
     from tests.bad_input_helpers import cli_error

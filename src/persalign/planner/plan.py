@@ -32,10 +32,17 @@ TRAIN_SHARE = 0.5  # a proposal keeps at least this share of the users training 
 
 
 def projected_seconds(work: dict[str, float], rates: dict[str, float], slowdown: float) -> dict[str, float]:
-    """Seconds per stage on this machine: work ÷ the measured rate of its kind, × `slowdown` (the λ choice is
-    mostly ARGS decoding: candidates)."""
-    kind = lambda stage: ("candidates" if stage == "λ choice" else rate_of(stage) if stage.startswith("generation")  # noqa: E731
-                          else "prefill")
+    """Seconds per stage on this machine: work ÷ the measured rate of its kind, × `slowdown`. The λ choice is
+    mostly ARGS decoding (candidates), always eager; generation's candidates run at the graphed step's rate
+    where `rates` has one (`gpu_rates_for(..., graphed=True)`)."""
+    def kind(stage: str) -> str:
+        if stage == "λ choice":
+            return "candidates"
+        if not stage.startswith("generation"):
+            return "prefill"
+        measured = rate_of(stage)
+        return GRAPHED_KIND if measured == "candidates" and GRAPHED_KIND in rates else measured
+
     return {stage: slowdown * flops / (rates[kind(stage)] * 1e9) for stage, flops in work.items()}
 
 
@@ -48,6 +55,7 @@ def per_query_item(work: dict[str, float], items: int) -> tuple[float, float]:
 # Dense bf16 peaks as their makers state them (TFLOP/s): what `--gpu NAME` projects with.
 GPU_PEAKS = {"h100": 989.0, "h200": 989.0, "a100": 312.0, "l40s": 362.0, "l4": 121.0}
 KIND_NAMES = ("decode", "candidates", "prefill")  # the kinds of work a rate is measured for (machine_rates.py)
+GRAPHED_KIND = "candidates_graphed"  # ARGS with its step captured as a CUDA graph (a GPU's rates file may have it)
 
 
 @dataclass
@@ -88,7 +96,7 @@ def plan_report(config, options: PlanOptions) -> str:
              f"cells: {sum(design.cells.values())} (" + ", ".join(
                  f"{n} {kind}{f' {shots}-shot' if shots else ''}" for (kind, shots), n in design.cells.items())
              + f"); trained models: {design.trained}", ""]
-    lines += stage_table(work, here, options, (shape.body_params, generation_rows(config, design)))
+    lines += stage_table(work, here, options, (shape.body_params, generation_rows(config, design), takes_graph(config)))
     lines += [f"Upper bounds: every output max_new_tokens ({config.generation.max_new_tokens}) long, every ARGS cell "
               f"steering; training not projected (heads are cheap; P-DPO is not). This machine: work ÷ its measured "
               f"rates (decode {rates['decode']:.0f}, prefill {rates['prefill']:.0f} GFLOP/s) × {options.slowdown:g}. "
@@ -98,15 +106,22 @@ def plan_report(config, options: PlanOptions) -> str:
     return "\n".join(lines)
 
 
+def takes_graph(config) -> bool:
+    """Whether the run's ARGS cells decode with the captured step (`args.cuda_graph` and an RM on its own
+    backbone: LoRA, or a reward backbone other than the policy); frozen heads on the policy decode eagerly."""
+    backbone = config.reward.backbone or config.policies[0]
+    return config.args.cuda_graph and (config.reward.mode == "lora" or backbone != config.policies[0])
+
+
 def generation_rows(config, design: Design) -> int:
     """The rows a generation batch really holds: the batch size, or fewer where the run has fewer query items
     (the batch a GPU's measured rates are read at)."""
     return max(1, min(config.generation.batch_size, design.query_items))
 
 
-def stage_table(work: dict, here: dict, options: PlanOptions, policy: tuple[float, int]) -> list[str]:
+def stage_table(work: dict, here: dict, options: PlanOptions, policy: tuple[float, int, bool]) -> list[str]:
     """Per stage: counted work, hours here, the FLOP-peak GPU projection and (with --gpu-rates) the GPU at its
-    measured rates for `policy` = (body parameters, generation batch size)."""
+    measured rates for `policy` = (body parameters, generation batch size, ARGS graphed)."""
     gpu = {stage: flops / (options.gpu_tflops * 1e12 * options.utilisation) for stage, flops in work.items()}
     measured, label = ({}, "")
     if options.gpu_rates:
@@ -126,10 +141,11 @@ def stage_table(work: dict, here: dict, options: PlanOptions, policy: tuple[floa
     return lines + [""]
 
 
-def gpu_rates_for(path: str, body_params: float, batch: int) -> tuple[dict[str, float], str]:
+def gpu_rates_for(path: str, body_params: float, batch: int, graphed: bool = False) -> tuple[dict[str, float], str]:
     """GFLOP/s of each kind of work (benchmarks/gpu_rates.py's file) at the measured architecture nearest the
     policy in body parameters and at `batch`, log-interpolated between measured batch sizes (the nearest one's
-    outside them: no extrapolation); and a label naming the device and architecture."""
+    outside them: no extrapolation); and a label naming the device and architecture. `graphed`: ARGS's
+    generation at the graphed step's rate (GRAPHED_KIND) where the file measured it (the label says which)."""
     record = json.loads(Path(path).read_text())
     arch, entry = min(record["architectures"].items(),
                       key=lambda item: abs(math.log(item[1]["body_params"] / body_params)))
@@ -140,8 +156,11 @@ def gpu_rates_for(path: str, body_params: float, batch: int) -> tuple[dict[str, 
     lower = max(0, upper - 1)
     (b0, r0), (b1, r1) = measured[lower], measured[upper]
     share = 0.0 if b1 == b0 else (math.log(where) - math.log(b0)) / (math.log(b1) - math.log(b0))
-    rates = {kind: math.exp((1 - share) * math.log(r0[kind]) + share * math.log(r1[kind])) for kind in KIND_NAMES}
-    return rates, f"{record['device']}, {arch} at batch {batch}"
+    kinds = KIND_NAMES + ((GRAPHED_KIND,) if graphed and all(GRAPHED_KIND in r for _, r in measured) else ())
+    rates = {kind: math.exp((1 - share) * math.log(r0[kind]) + share * math.log(r1[kind])) for kind in kinds}
+    note = {(False, False): "", (True, True): ", graphed ARGS",
+            (True, False): ", eager ARGS: the file has no graphed rates"}[(graphed, GRAPHED_KIND in rates)]
+    return rates, f"{record['device']}, {arch} at batch {batch}{note}"
 
 
 def power_lines(design: Design, components, seconds: dict, options: PlanOptions) -> list[str]:
@@ -195,7 +214,8 @@ def check_gpu_rates(path: str) -> None:
     try:
         record = json.loads(Path(path).read_text())
         entries = record["architectures"]
-        rates = [kinds[k] for e in entries.values() for kinds in e["batches"].values() for k in KIND_NAMES]
+        rates = [kinds[k] for e in entries.values() for kinds in e["batches"].values()
+                 for k in KIND_NAMES + tuple(k for k in (GRAPHED_KIND,) if k in kinds)]
         sizes = [int(b) for e in entries.values() for b in e["batches"]] + [e["body_params"] for e in entries.values()]
         if not entries or not rates or not all(isinstance(v, (int, float)) and math.isfinite(v) and v > 0
                                                 for v in rates + sizes):
