@@ -83,17 +83,21 @@ def test_a_shared_backbone_is_refused_in_one_line(models):
 
 
 def test_a_run_with_cuda_graph_reports_the_eager_runs_numbers(tmp_path, cache_dir, monkeypatch):
-    """`args.cuda_graph: true`: the LoRA RM's ARGS cell decodes through GraphedArgs (uncaptured here) and every
-    reported number, λ and generation equals the eager run's (float32)."""
+    """`args.cuda_graph: true`: the LoRA RM's ARGS cell decodes its λ grid (the harmonic rule's validation
+    decodes) and its query outputs through GraphedArgs (uncaptured here), and every reported number, the λ
+    chosen and every generation equal the eager run's (float32)."""
     from tests.test_same_numbers import lora_run
 
     decodes = []
     real = GraphedArgs.decode
-    monkeypatch.setattr(GraphedArgs, "decode", lambda self, *a: decodes.append(1) or real(self, *a))
-    eager = lora_run(tmp_path / "eager")
+    monkeypatch.setattr(GraphedArgs, "decode", lambda self, policy, guide, *a: decodes.append(guide.lam)
+                        or real(self, policy, guide, *a))
+    choice = ["args.selection=harmonic", "args.lambdas=[0.0, 1.0, 3.0]", "args.validation_size=4"]
+    eager = lora_run(tmp_path / "eager", *choice)
     assert not decodes
-    graphed = lora_run(tmp_path / "graphed", "args.cuda_graph=true")
-    assert decodes
+    graphed = lora_run(tmp_path / "graphed", *choice, "args.cuda_graph=true")
+    assert any(isinstance(lam, list) for lam in decodes), "the λ grid (a λ per row) should be decoded graphed"
+    assert any(not isinstance(lam, list) for lam in decodes), "the query batches should be decoded graphed"
     assert graphed == eager
 
 

@@ -21,8 +21,9 @@ What differs from the eager loop: finished rows are not dropped (fixed shapes) b
 attention reads every slot under a mask, so floats can differ from the eager loop in their last bits
 (float32: the same tokens in the tests; bf16: near-ties may part, as with a change of batch). Only a
 sequence-level RM on its own backbone (the paper's setting: a 0.5B RM beside each policy) takes this path;
-`GraphedArgs.decode` refuses the others, and a run with `args.cuda_graph: true` decodes them eagerly. No
-step trace is recorded; the λ choice's validation decodes stay eager.
+`GraphedArgs.decode` refuses the others, and a run with `args.cuda_graph: true` decodes them eagerly. In a
+run both the query batches and the λ choice's grid (a λ per row) take it; the λ = 0 validation decodes shared
+by every method stay eager. No step trace is recorded.
 
     pytest tests/test_args_graph.py
     python benchmarks/bench_gpu.py --archs tiny --batches 1 4 --max-new 4   # stage args_graph

@@ -23,6 +23,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from persalign.decoders.args_decoding import RewardGuide, args_decode, args_decode_reusing_greedy
+from persalign.decoders.args_graph import GraphedArgs, not_graphable
 from persalign.engine.batching import plan_generation
 from persalign.engine.decoding import clean_generation
 from persalign.metrics.ranking import outcomes
@@ -141,13 +142,18 @@ def decode_grid(ctx, trained, val: PairData) -> dict[float, list[list[int]]]:
     items = [(i, lam) for i in range(len(val)) for lam in weights]  # a prompt's λ rows stay together
     plan = plan_generation([val.prompts[i] for i, _ in items], generation, policy.lm.device,
                            max_items=generation.batch_size * max(1, len(weights)))
+    graphs = GraphedArgs(policy.meter) if config.args.cuda_graph else None  # captured steps kept across batches
     for batch in tqdm(plan, desc="choosing λ (ARGS on validation, the grid in one pass)", leave=False,
                       disable=None):
         rows = [items[b] for b in batch]
         guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i, _ in rows],
                             [lam for _, lam in rows], config.args.top_k, prefills=policy.prefills)
-        for (i, lam), ids in zip(rows, args_decode(policy.lm, guide, [val.prompts[i] for i, _ in rows],
-                                                    generation.max_new_tokens)):
+        prompts = [val.prompts[i] for i, _ in rows]
+        if graphs is not None and not_graphable(policy.lm, guide) is None:
+            decoded = graphs.decode(policy.lm, guide, prompts, generation.max_new_tokens)
+        else:
+            decoded = args_decode(policy.lm, guide, prompts, generation.max_new_tokens)
+        for (i, lam), ids in zip(rows, decoded):
             out[lam][i] = ids
     return out
 

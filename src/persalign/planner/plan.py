@@ -33,14 +33,11 @@ TRAIN_SHARE = 0.5  # a proposal keeps at least this share of the users training 
 
 def projected_seconds(work: dict[str, float], rates: dict[str, float], slowdown: float) -> dict[str, float]:
     """Seconds per stage on this machine: work ÷ the measured rate of its kind, × `slowdown`. The λ choice is
-    mostly ARGS decoding (candidates), always eager; generation's candidates run at the graphed step's rate
-    where `rates` has one (`gpu_rates_for(..., graphed=True)`)."""
+    mostly ARGS decoding (candidates); ARGS's candidates run at the graphed step's rate where `rates` has one
+    (`gpu_rates_for(..., graphed=True)`: the λ grid and the query batches both take the graph)."""
     def kind(stage: str) -> str:
-        if stage == "λ choice":
-            return "candidates"
-        if not stage.startswith("generation"):
-            return "prefill"
-        measured = rate_of(stage)
+        measured = "candidates" if stage == "λ choice" else rate_of(stage) if stage.startswith("generation") \
+            else "prefill"
         return GRAPHED_KIND if measured == "candidates" and GRAPHED_KIND in rates else measured
 
     return {stage: slowdown * flops / (rates[kind(stage)] * 1e9) for stage, flops in work.items()}
