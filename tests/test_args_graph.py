@@ -10,7 +10,7 @@ import torch
 
 from persalign.core.errors import ConfigError
 from persalign.decoders.args_decoding import RewardGuide, args_decode
-from persalign.decoders.args_graph import GraphedArgs, graphed_args_decode
+from persalign.decoders.args_graph import GraphedArgs
 from persalign.models.loading import LoadedLM
 from persalign.models.tiny import tiny_llama
 from tests.test_rewards_args import prompts_of, random_method
@@ -43,7 +43,7 @@ def test_graphed_step_writes_what_the_eager_loop_writes(models, name):
     prompts = prompts_of(policy, TEXTS)
     guide = RewardGuide(rm, method, ["a", "b", "a", "c"], lam=[0.0, 0.5, 3.0, 10.0], top_k=4)
     eager = args_decode(policy, guide, prompts, 16)
-    graphed = graphed_args_decode(policy, guide, prompts, 16)
+    graphed = GraphedArgs().decode(policy, guide, prompts, 16)
     assert graphed == eager
     assert len({len(row) for row in eager}) > 1, "the rows should end at different steps for this test to bite"
     assert eager[0] != eager[3]
@@ -55,8 +55,8 @@ def test_graphed_step_alone_equals_batched(models):
     method = random_method("global_rm", rm.model.config.hidden_size)
     prompts = prompts_of(policy, TEXTS[:3])
     guide = RewardGuide(rm, method, ["u"] * 3, lam=1.0, top_k=5)
-    batched = graphed_args_decode(policy, guide, prompts, 16)
-    alone = [graphed_args_decode(policy, RewardGuide(rm, method, ["u"], lam=1.0, top_k=5), [p], 16)[0]
+    batched = GraphedArgs().decode(policy, guide, prompts, 16)
+    alone = [GraphedArgs().decode(policy, RewardGuide(rm, method, ["u"], lam=1.0, top_k=5), [p], 16)[0]
              for p in prompts]
     assert batched == alone
 
@@ -79,7 +79,7 @@ def test_a_shared_backbone_is_refused_in_one_line(models):
     policy, _ = models
     method = random_method("global_rm", policy.model.config.hidden_size)
     with pytest.raises(ConfigError, match="own backbone"):
-        graphed_args_decode(policy, RewardGuide(policy, method, ["u"], lam=1.0, top_k=3), prompts_of(policy, ["x"]), 4)
+        GraphedArgs().decode(policy, RewardGuide(policy, method, ["u"], lam=1.0, top_k=3), prompts_of(policy, ["x"]), 4)
 
 
 def test_a_run_with_cuda_graph_reports_the_eager_runs_numbers(tmp_path, cache_dir, monkeypatch):

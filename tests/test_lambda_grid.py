@@ -43,13 +43,13 @@ def test_the_nonzero_lambdas_are_rows_of_the_same_passes(tmp_path, cache_dir, mo
     from persalign.decoders import args_lambda
 
     passes = []
-    real = args_lambda.args_decode
+    real = args_lambda.args_decode_graphed_where_possible  # the grid's decode: eager here (no args.cuda_graph)
 
-    def counting(policy, guide, prompts, max_new_tokens, *rest, **kwargs):
+    def counting(graphs, policy, guide, prompts, max_new_tokens, *rest, **kwargs):
         passes.append((len(prompts), sorted(set([guide.lam] if isinstance(guide.lam, float) else guide.lam))))
-        return real(policy, guide, prompts, max_new_tokens, *rest, **kwargs)
+        return real(graphs, policy, guide, prompts, max_new_tokens, *rest, **kwargs)
 
-    monkeypatch.setattr(args_lambda, "args_decode", counting)
+    monkeypatch.setattr(args_lambda, "args_decode_graphed_where_possible", counting)
     _lambda_choice(tmp_path, GRID, "args.shared_pass=false")  # a cell decoding alone (no shared pass)
     assert passes == [(16, GRID[1:]), (16, GRID[1:])]
 

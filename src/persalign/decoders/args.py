@@ -17,8 +17,8 @@ import time
 
 from persalign.core.files import DamagedFileError, fields, read_json, set_aside, write_atomic
 from persalign.core.registry import register_decoder
-from persalign.decoders.args_decoding import DecodeRecord, RewardGuide, args_decode
-from persalign.decoders.args_graph import GraphedArgs, not_graphable
+from persalign.decoders.args_decoding import DecodeRecord, RewardGuide
+from persalign.decoders.args_graph import GraphedArgs, args_decode_graphed_where_possible
 from persalign.decoders.args_lambda import choose_lambda
 from persalign.decoders.base import (DeploymentProperties, Generated, PairScores, PreparedBatch, TrainedDeployment,
                                      pair_responses)
@@ -47,7 +47,8 @@ class ArgsDeployment(TrainedDeployment):
         super().__init__(ctx)
         self.lm, self.args = ctx.policy.lm, ctx.run.config.args
         self.choice: dict = {}
-        self.graphs = GraphedArgs(ctx.policy.meter)  # args.cuda_graph: the cell's captured steps, kept across batches
+        # args.cuda_graph: the cell's captured steps, kept across its batches
+        self.graphs = GraphedArgs(ctx.policy.meter) if self.args.cuda_graph else None
 
     def begin(self) -> None:
         path = lambda_path(self.ctx)
@@ -80,10 +81,8 @@ class ArgsDeployment(TrainedDeployment):
             ids, forwards, seconds = self.shared_pass.generation(self.ctx.cell, batch)
         else:
             guide = RewardGuide(self.trained.backbone.lm, self.trained.method, batch.users, self.lam, self.args.top_k)
-            if self.args.cuda_graph and not_graphable(self.lm, guide) is None:
-                ids = self.graphs.decode(self.lm, guide, batch.prompts, max_new)
-            else:
-                ids = args_decode(self.lm, guide, batch.prompts, max_new, DecodeRecord(stats))
+            ids = args_decode_graphed_where_possible(self.graphs, self.lm, guide, batch.prompts, max_new,
+                                                     DecodeRecord(stats))
         shapes, token_level = reward_shapes(self.ctx.policy, self.trained), self.trained.method.token_level
         if self.shared_pass is None:
             forwards = [alone_forwards(row, max_new, tree=not token_level) for row in ids]

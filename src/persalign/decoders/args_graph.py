@@ -36,7 +36,7 @@ from contextlib import nullcontext
 import torch
 
 from persalign.core.errors import ConfigError
-from persalign.decoders.args_decoding import check_same_tokenizer
+from persalign.decoders.args_decoding import args_decode, check_same_tokenizer
 from persalign.decoders.args_scorers import RewardGuide, make_scorer
 from persalign.engine.decoding import RowTracker, left_pad
 
@@ -171,7 +171,10 @@ class Replayer:
             self.capture()
             return
         with self.meter.paused() if self.meter else nullcontext():
-            self.graph.replay() if self.graph is not None else self.state.step()
+            if self.graph is not None:
+                self.graph.replay()
+            else:  # a CPU: the same step, uncaptured
+                self.state.step()
         if self.meter:
             self.meter.add(self.step_flops)
 
@@ -242,7 +245,10 @@ class GraphedArgs:
         return rows.generated
 
 
-def graphed_args_decode(policy, guide: RewardGuide, prompts: list[list[int]], max_new_tokens: int,
-                        graphs: GraphedArgs | None = None) -> list[list[int]]:
-    """`GraphedArgs.decode`, keeping the captured steps in `graphs` (a fresh holder when None)."""
-    return (graphs or GraphedArgs()).decode(policy, guide, prompts, max_new_tokens)
+def args_decode_graphed_where_possible(graphs: GraphedArgs | None, policy, guide: RewardGuide,
+                                       prompts: list[list[int]], max_new_tokens: int, record=None) -> list[list[int]]:
+    """A run's ARGS decode: `graphs.decode` where `args.cuda_graph` gave a holder and the RM can take the graphed
+    step, else the eager `args_decode` (with its `record`)."""
+    if graphs is not None and not_graphable(policy, guide) is None:
+        return graphs.decode(policy, guide, prompts, max_new_tokens)
+    return args_decode(policy, guide, prompts, max_new_tokens, record)

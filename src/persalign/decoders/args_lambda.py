@@ -22,8 +22,8 @@ from __future__ import annotations
 import numpy as np
 from tqdm.auto import tqdm
 
-from persalign.decoders.args_decoding import RewardGuide, args_decode, args_decode_reusing_greedy
-from persalign.decoders.args_graph import GraphedArgs, not_graphable
+from persalign.decoders.args_decoding import RewardGuide, args_decode_reusing_greedy
+from persalign.decoders.args_graph import GraphedArgs, args_decode_graphed_where_possible
 from persalign.engine.batching import plan_generation
 from persalign.engine.decoding import clean_generation
 from persalign.metrics.ranking import outcomes
@@ -148,11 +148,8 @@ def decode_grid(ctx, trained, val: PairData) -> dict[float, list[list[int]]]:
         rows = [items[b] for b in batch]
         guide = RewardGuide(trained.backbone.lm, trained.method, [val.users[i] for i, _ in rows],
                             [lam for _, lam in rows], config.args.top_k, prefills=policy.prefills)
-        prompts = [val.prompts[i] for i, _ in rows]
-        if graphs is not None and not_graphable(policy.lm, guide) is None:
-            decoded = graphs.decode(policy.lm, guide, prompts, generation.max_new_tokens)
-        else:
-            decoded = args_decode(policy.lm, guide, prompts, generation.max_new_tokens)
+        decoded = args_decode_graphed_where_possible(graphs, policy.lm, guide, [val.prompts[i] for i, _ in rows],
+                                                     generation.max_new_tokens)
         for (i, lam), ids in zip(rows, decoded):
             out[lam][i] = ids
     return out
