@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from persalign.analysis.intervals import why_none
+from persalign.analysis.true_correlation import MEASURED_NOISE_CORRELATION
 
 SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
 
@@ -53,4 +54,13 @@ def true_means_text(true: dict | None) -> str:
         elif true.get("users_needed"):
             users = f"; ≈ {true['users_needed']} users would make it estimable"
         return f"true means: too noisy to tell ({true['reason']}{users})"
-    return f"true means: {true['point']:+.2f} [{true['low']:+.2f}, {true['high']:+.2f}] ({rel})"
+    return f"true means: {true['point']:+.2f} [{true['low']:+.2f}, {true['high']:+.2f}] ({rel}{_shared_noise(true)})"
+
+
+def _shared_noise(true: dict) -> str:
+    """A warning where the metrics' noise correlates beyond what the interval's coverage was measured at."""
+    kappa = true.get("noise_correlation")
+    if kappa is None or abs(kappa) <= MEASURED_NOISE_CORRELATION:
+        return ""
+    return (f"; their noise correlates {kappa:+.2f}, beyond the ±{MEASURED_NOISE_CORRELATION:.1f} its coverage was "
+            "measured at: shared noise may read as correlation")
