@@ -65,6 +65,7 @@ count = _checked(int, lambda v: v >= 1, "a whole number >= 1")  # prompts, token
 non_negative = _checked(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")  # ARGS's λ
 share = _checked(float, lambda v: math.isfinite(v) and 0 < v <= 1, "a share in (0, 1]")  # of a GPU's peak
 seed = _checked(int, lambda v: v >= 0, "a whole number >= 0")  # numpy's generators take no negative seed
+correlation = _checked(float, lambda v: math.isfinite(v) and -1 < v < 1, "a correlation in (-1, 1)")  # simulated noise
 
 
 def existing_file(text: str) -> str:

@@ -18,7 +18,7 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import count, seed  # noqa: E402
+from common import correlation, count, seed  # noqa: E402
 from persalign.analysis.correlations import correlate  # noqa: E402
 from persalign.analysis.intervals import correlation_interval  # noqa: E402
 from tests.test_true_correlation import coverage  # noqa: E402  (the tests' simulated studies and loop)
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--cells", nargs="+", type=cell, metavar="STATISTIC/METHODS/RELIABILITY/RHO",
                         help="only these cells, e.g. pearson/20/0.5/0.9 (default: the whole grid)")
     parser.add_argument("--seed", type=seed, help="one seed for every cell (default: one per cell, from its name)")
-    parser.add_argument("--noise-corr", type=float, default=0.3,
+    parser.add_argument("--noise-corr", type=correlation, default=0.3,
                         help="correlation of a user's noise between the two metrics (the tests' 0.3; the news study "
                              "measures 0.07-0.22)")
     args = parser.parse_args()
