@@ -7,8 +7,9 @@ its size set by the reliability R = var(true means) / (var(true means) + noise v
 The full grid (6 / 10 / 20 methods, R 0.3 / 0.5 / 0.9, ρ 0 / 0.5 / 0.9, three statistics) is
 benchmarks/coverage_true_correlation.py's, in docs/design-notes.md: in band in 65 of 81 cells at 1000 studies
 each; rechecked with 4000, the 7 cells that stay outside are all above (conservative, 97.1–98.4 %), at ρ = 0.9
-(the simulation follows the observed spread, docs/design-notes.md). With the metrics' noise correlated 0.6 (`--noise-corr 0.6`) 12 cells at
-reliability 0.3 fall below the band (0.895–0.929): the report says where the noise correlates beyond 0.3.
+(the simulation follows the observed spread, docs/design-notes.md). With the metrics' noise correlated 0.6
+(`--noise-corr 0.6`) 12 cells at reliability 0.3 fall below the band (0.895–0.929): the report says where the
+noise correlates beyond 0.3.
 
     pytest tests/test_true_correlation.py
 """
@@ -131,10 +132,11 @@ def test_the_point_estimate_lies_inside_its_interval():
 
 
 def test_noise_the_metrics_share_beyond_the_measured_is_said_where_coverage_falls():
-    """The grid kept its band with the metrics' noise correlated 0.3; at 0.6 and reliability 0.3 the interval
-    reads the shared noise as correlation (Pearson, 10 methods, true ρ 0: 0.895 in the grid of 1000 studies, the
-    intervals that miss lie above the truth). The noise correlation is estimated from the user rows and the report says where it lies beyond 0.3
-    (nothing was said before: the result had no `noise_correlation`)."""
+    """With the metrics' noise correlated 0.3 no grid cell stayed below the band; at 0.6 and reliability 0.3 the
+    interval reads the shared noise as correlation (Pearson, 10 methods, true ρ 0: 0.895 in the grid of 1000
+    studies, the intervals that miss lie above the truth). The noise correlation is estimated from the user rows
+    and the report says where it lies beyond 0.3 (nothing was said before: the result had no
+    `noise_correlation`)."""
     covered, _ = coverage("pearson", 10, 0.0, 0.3, repetitions=500, seed=11, noise_corr=0.6)
     assert covered < 0.93  # why the warning exists: below the band there
     rng = np.random.default_rng(12)

@@ -21,9 +21,9 @@ Finding 1 direction). With the per-user rows this noise is measured, not assumed
   accepted set an interval. It is stated on each statistic's population scale (Pearson ρ; Spearman
   (6/π) asin(ρ/2); Kendall (2/π) asin ρ).
 
-The noise correlation between the two metrics is reported beside the reliabilities: the coverage grid kept its
-band at 0.3 (the news study measures 0.07-0.22); at 0.45-0.6 with reliability 0.3 the interval reads the noise
-the metrics share as correlation (coverage 0.89-0.93, docs/design-notes.md), and the report says so.
+The noise correlation between the two metrics is reported beside the reliabilities: the coverage grid was
+measured at 0.3 (the news study measures 0.07-0.22); at 0.6 with reliability 0.3 the interval reads the noise
+the metrics share as correlation (coverage 0.895-0.929, docs/design-notes.md), and the report says so.
 
 No interval where a metric's true spread is estimated ≤ 0 or its reliability below MIN_RELIABILITY ("the
 methods differ by less than their measurement noise"), with the users that would reach it (where a metric
@@ -41,8 +41,8 @@ import numpy as np
 MIN_NOISE_USERS = 8  # users below which the noise covariance is not estimated (the means' intervals need as many)
 MIN_TRUE_METHODS = 6  # the fewest methods the coverage was measured at (docs/design-notes.md)
 MIN_RELIABILITY = 0.2  # below it no interval kept its coverage in the simulation (docs/design-notes.md)
-MEASURED_NOISE_CORRELATION = 0.3  # the metrics' noise correlation the grid kept its band at; at 0.45-0.6 and
-# reliability 0.3 coverage fell to 0.89-0.93, the interval reading shared noise as correlation (design-notes.md)
+MEASURED_NOISE_CORRELATION = 0.3  # the metrics' noise correlation the grid was measured at (no cell below the band);
+# at 0.6 and reliability 0.3 coverage fell to 0.895-0.929, shared noise read as correlation (design-notes.md)
 GRID = np.tanh(np.linspace(-3.5, 3.5, 71))  # candidate ρ, even in Fisher-z
 PROCEDURE = "test inversion, true means normal at the observed spread, noise by resampling users"
 
