@@ -5,8 +5,8 @@ each measured on the same n users; a user's value is the method's true mean + a 
 method + noise (correlated between the two metrics, as RM and policy accuracy on one user's pairs are),
 its size set by the reliability R = var(true means) / (var(true means) + noise variance of a mean).
 The full grid (6 / 10 / 20 methods, R 0.3 / 0.5 / 0.9, ρ 0 / 0.5 / 0.9, three statistics) is
-benchmarks/coverage_true_correlation.py's, in docs/design-notes.md: in band in 65 of 81 cells at 1000 studies
-each; rechecked with 4000, the 7 cells that stay outside are all above (conservative, 97.1–98.4 %), at ρ = 0.9
+benchmarks/coverage_true_correlation.py's, in docs/design-notes.md: in band in 66 of 81 cells at 1000 studies
+each; rechecked with 4000, the 7 cells that stayed outside are all above (conservative, 97.1–98.4 %), at ρ = 0.9
 (the simulation follows the observed spread, docs/design-notes.md). With the metrics' noise correlated 0.6
 (`--noise-corr 0.6`) 12 cells at reliability 0.3 fall below the band (0.895–0.929): the report says where the
 noise correlates beyond 0.3.
@@ -61,7 +61,8 @@ def coverage(statistic: str, methods: int, rho: float, reliability: float, repet
 
 @pytest.mark.parametrize("statistic, methods, rho, reliability", [
     ("pearson", 6, 0.0, 0.9), ("pearson", 20, 0.0, 0.9), ("kendall", 10, 0.0, 0.5), ("spearman", 10, 0.0, 0.5),
-    ("spearman", 6, 0.9, 0.5)])  # the last: 0.994 on d5c2758, whose simulation let each metric's spread vary
+    ("spearman", 6, 0.9, 0.5),  # 0.994 on d5c2758, whose simulation let each metric's spread vary
+    ("kendall", 6, 0.9, 0.9)])  # 0.979 before the tail rule (tail_p_values): τ = 1 piles up, its tail rejected nothing
 def test_the_true_means_interval_covers_93_to_97_percent(statistic, methods, rho, reliability):
     covered, printed = coverage(statistic, methods, rho, reliability, repetitions=1000)
     assert 0.93 <= covered <= 0.97, (covered, printed)
