@@ -8,6 +8,7 @@ true means' ρ), and the share of studies where one was printed (the rest: "too 
     python benchmarks/coverage_true_correlation.py --repetitions 1000      # ~20 min (one core; not timed alone)
     python benchmarks/coverage_true_correlation.py --repetitions 4000 --seed 99 --cells pearson/20/0.5/0.9
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --noise-corr 0.6   # metrics' noise shared more
+    python benchmarks/coverage_true_correlation.py --repetitions 1000 --pair-corr 0.9    # methods that err together
 """
 
 from __future__ import annotations
@@ -43,13 +44,13 @@ def cell(text: str) -> tuple[str, int, float, float]:
     return statistic, methods, reliability, rho
 
 
-def row(cell_: tuple[str, int, float, float], repetitions: int, seed: int | None, noise_corr: float) -> str:
+def row(cell_: tuple[str, int, float, float], repetitions: int, seed: int | None, noise: dict) -> str:
     statistic, methods, reliability, rho = cell_
     if seed is None:  # both procedures: the same studies
         seed = zlib.crc32(repr((statistic, methods, reliability, rho)).encode())
-    covered, printed = coverage(statistic, methods, rho, reliability, repetitions, seed, noise_corr=noise_corr)
+    covered, printed = coverage(statistic, methods, rho, reliability, repetitions, seed, noise=noise)
     old_covered, old_printed = coverage(statistic, methods, rho, reliability, repetitions, seed,
-                                        interval=observed_means_interval, noise_corr=noise_corr)
+                                        interval=observed_means_interval, noise=noise)
     old_text = f"{old_covered:.3f}" if old_printed else "none printed"
     return (f"| {statistic} | {methods} | {reliability:g} | {rho:g} | {covered:.3f} | {printed:.2f} | {old_text} |")
 
@@ -64,6 +65,9 @@ def main() -> None:
     parser.add_argument("--noise-corr", type=correlation, default=0.3,
                         help="correlation of a user's noise between the two metrics (the tests' 0.3; the news study "
                              "measures 0.07-0.22)")
+    parser.add_argument("--pair-corr", type=correlation, default=0.0,
+                        help="methods in pairs whose noise correlates this much (default 0: methods err independently;"
+                             " the news study's err together: docs/design-notes.md)")
     args = parser.parse_args()
     print("| statistic | methods | reliability | true ρ | true-means coverage | printed "
           "| observed-means (Fisher z) coverage |")
@@ -71,7 +75,8 @@ def main() -> None:
     grid = [(statistic, methods, reliability, rho) for statistic in args.statistics for methods in (6, 10, 20)
             for reliability in (0.3, 0.5, 0.9) for rho in (0.0, 0.5, 0.9)]
     for cell_ in args.cells or grid:
-        print(row(cell_, args.repetitions, args.seed, args.noise_corr), flush=True)
+        print(row(cell_, args.repetitions, args.seed, {"noise_corr": args.noise_corr, "pair_corr": args.pair_corr}),
+              flush=True)
 
 
 if __name__ == "__main__":
