@@ -8,7 +8,7 @@ true means' ρ), and the share of studies where one was printed (the rest: "too 
     python benchmarks/coverage_true_correlation.py --repetitions 1000      # ~20 min (one core; not timed alone)
     python benchmarks/coverage_true_correlation.py --repetitions 4000 --seed 99 --cells pearson/20/0.5/0.9
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --noise-corr 0.6   # metrics' noise shared more
-    python benchmarks/coverage_true_correlation.py --repetitions 1000 --pair-corr 0.9    # methods that err together
+    python benchmarks/coverage_true_correlation.py --repetitions 1000 --group 2/0.9      # methods that err in pairs
 """
 
 from __future__ import annotations
@@ -44,6 +44,18 @@ def cell(text: str) -> tuple[str, int, float, float]:
     return statistic, methods, reliability, rho
 
 
+def group(text: str) -> tuple[int, float]:
+    """Methods in groups SIZE/CORR whose noise correlates CORR with the group's first method's, checked."""
+    try:
+        size, corr = text.split("/")
+        size, corr = int(size), float(corr)
+    except ValueError:
+        size, corr = 0, 0.0
+    if size < 1 or not 0 <= corr < 1:
+        raise argparse.ArgumentTypeError(f"must be SIZE/CORR (size >= 1, corr in [0, 1)), not {text!r}")
+    return size, corr
+
+
 def row(cell_: tuple[str, int, float, float], repetitions: int, seed: int | None, noise: dict) -> str:
     statistic, methods, reliability, rho = cell_
     if seed is None:  # both procedures: the same studies
@@ -65,9 +77,9 @@ def main() -> None:
     parser.add_argument("--noise-corr", type=correlation, default=0.3,
                         help="correlation of a user's noise between the two metrics (the tests' 0.3; the news study "
                              "measures 0.07-0.22)")
-    parser.add_argument("--pair-corr", type=correlation, default=0.0,
-                        help="methods in pairs whose noise correlates this much (default 0: methods err independently;"
-                             " the news study's err together: docs/design-notes.md)")
+    parser.add_argument("--group", type=group, default=(2, 0.0), metavar="SIZE/CORR",
+                        help="methods in groups of SIZE whose noise correlates CORR (default 2/0: they err "
+                             "independently; the news study's err together: docs/design-notes.md)")
     args = parser.parse_args()
     print("| statistic | methods | reliability | true ρ | true-means coverage | printed "
           "| observed-means (Fisher z) coverage |")
@@ -75,7 +87,7 @@ def main() -> None:
     grid = [(statistic, methods, reliability, rho) for statistic in args.statistics for methods in (6, 10, 20)
             for reliability in (0.3, 0.5, 0.9) for rho in (0.0, 0.5, 0.9)]
     for cell_ in args.cells or grid:
-        print(row(cell_, args.repetitions, args.seed, {"noise_corr": args.noise_corr, "pair_corr": args.pair_corr}),
+        print(row(cell_, args.repetitions, args.seed, {"noise_corr": args.noise_corr, "group": args.group}),
               flush=True)
 
 

@@ -37,7 +37,7 @@ CASES = [  # script, arguments, what the one line says
     (TRUE_MEANS, ["--repetitions", "-5"], COUNT), (TRUE_MEANS, ["--seed", "-1"], "a whole number >= 0"),
     (TRUE_MEANS, ["--cells", "pearson/20/1.5/0.9"], CELL), (TRUE_MEANS, ["--cells", "tau/20"], CELL),
     (TRUE_MEANS, ["--noise-corr", "1"], "a correlation in (-1, 1)"),
-    (TRUE_MEANS, ["--pair-corr", "-1"], "a correlation in (-1, 1)"),
+    (TRUE_MEANS, ["--group", "0/0.5"], "must be SIZE/CORR"), (TRUE_MEANS, ["--group", "2/1"], "must be SIZE/CORR"),
     ("paper_scale.py", ["--bench", "/nonexistent.jsonl"], "no such file"),
     ("paper_scale.py", ["--utilisation", "0"], "must be a share in (0, 1]"),
     ("paper_scale.py", ["--utilisation", "1.5"], "must be a share in (0, 1]"),

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 
 from persalign.analysis.intervals import why_none
-from persalign.analysis.true_correlation import MEASURED_NOISE_CORRELATION, SHARED_NOISE_SHARE
+from persalign.analysis.true_correlation import (MEASURED_NOISE_CORRELATION, SHARED_NOISE_COVERAGE,
+                                                  SHARED_NOISE_SHARE)
 
 SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
 
@@ -73,5 +74,6 @@ def _noise_across_methods(true: dict) -> str:
     share = true.get("independent_noise_share")
     if share is None or share >= SHARED_NOISE_SHARE:
         return ""
+    measured = next(coverage for below, coverage in SHARED_NOISE_COVERAGE if share < below)
     return (f"; the methods' noise is shared (it spans {share:.0%} of the directions it would if they erred "
-            "independently): there coverage fell to 86-93 % at reliability 0.3, 91-93 % at 0.5")
+            f"independently): there coverage fell to {measured}")
