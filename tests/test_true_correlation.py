@@ -28,7 +28,7 @@ USERS = 16
 
 
 def simulated_rows(rng, methods: int, rho: float, reliability: float, noise_corr: float = 0.3,
-                   group: tuple[int, float] = (2, 0.0)):
+                   group: tuple[int, float] = (1, 0.0)):
     """(x rows, y rows): (methods, users) per-user values of one simulated study; with `group` = (size, corr) the
     methods come in groups of that size (0 and 1, 2 and 3, … for pairs) whose noise correlates with the group's
     first method's by corr, as methods that err on the same users do (default: they err independently)."""
