@@ -3,9 +3,11 @@ reliability 0.3 / 0.5 / 0.9, true ρ 0 / 0.5 / 0.9, Pearson / Spearman / Kendall
 interval of the observed means (the only one printed before) on the same studies.
 
 Each row: the share of printed intervals covering the true value (the statistic's population value for the
-true means' ρ), and the share of studies where one was printed (the rest: "too noisy to tell").
+true means' ρ), and the share of studies where one was printed (the rest: "too noisy to tell"). One interval of
+ρ serves the three statistics (analysis/true_correlation.py), so `--statistics pearson` measures them all; the
+others draw other studies (each cell's seed comes from its name).
 
-    python benchmarks/coverage_true_correlation.py --repetitions 1000      # ~20 min (one core; not timed alone)
+    python benchmarks/coverage_true_correlation.py --repetitions 1000 --statistics pearson   # ~5 min, not timed alone
     python benchmarks/coverage_true_correlation.py --repetitions 4000 --seed 99 --cells pearson/20/0.5/0.9
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --noise-corr 0.6   # metrics' noise shared more
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --group 2/0.9      # methods that err in pairs

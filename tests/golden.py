@@ -35,6 +35,11 @@ last digits (tiny 4 of 400 floats, study 0 of 291, demo 42 of 414, demo-study 78
 name the CPU, kernels and threads; no check skips any more on another CPU: there, raw float32 internals
 are left out and everything reported is compared (`_tolerance`).
 
+Re-stored on 2026-11-27 (issue #52): demo-study.json's one printed line on the true means of RM vs policy
+accuracy now says "2 distinct of 4 methods" (the two λ = 0 methods decode identically and count once);
+regenerated with the code before the change first, the file came back byte-identical, and with the change
+only that line moved.
+
 An earlier exception, made once: the raw per-row float32 scores (FLOAT32_COLUMNS) of
 tiny.json and study.json were re-stored when the frozen feature pass became
 padding-free (issue #19). Before, a cached feature carried the float noise of

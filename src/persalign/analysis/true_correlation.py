@@ -12,22 +12,23 @@ Finding 1 direction). With the per-user rows this noise is measured, not assumed
 - each metric's reliability across methods R = T_aa / S_aa (the share of the observed spread that is real);
   the point estimate is the ρ at which the observed statistic is the simulated median (below), or where
   that is a bound the interval stops short of, the most compatible ρ it kept: always inside the interval;
-- the interval inverts a test: for each candidate ρ (a grid in Fisher-z) the observed statistic's
-  distribution is simulated with noise drawn by resampling the users (their centred rows, scaled to C) and
-  true means of correlation ρ (a bivariate normal's shape) scaled so that each metric's simulated means
-  spread exactly as the observed ones do: the observed spread S is known, only its split into true
-  differences and noise is not (letting it vary, as plugging in T did, made the test too wide at ρ = 0.9:
-  docs/design-notes.md); a ρ whose p-value ≥ 5 % is kept (α split equally between the tails, save where a rank
-  statistic's pile at ±1 leaves a tail unable to reject anything: `tail_p_values`). Common random numbers
-  across the grid keep the accepted set an interval. It is stated on each statistic's population scale
-  (Pearson ρ; Spearman (6/π) asin(ρ/2); Kendall (2/π) asin ρ).
+- the interval inverts a test whose statistic is the correlation of the two metrics' method means after
+  whitening each by its fitted covariance τ²·I + noise (`whitening`; τ² by normal likelihood): a direction
+  in which the methods err together (on the news study the methods that chose λ = 0 all decode greedily)
+  counts by how much of it is real, so shared noise no longer reads as true spread or correlation. For each
+  candidate ρ (a grid in Fisher-z) that statistic's distribution is simulated with noise drawn by resampling
+  the users (each user's row whitened by maps fitted without that user: `noise_pool`) and true means of
+  correlation ρ (a bivariate normal's shape) scaled so that each metric's simulated whitened means spread
+  exactly as the observed ones do: the observed spread is known, only its split into true differences and
+  noise is not (letting it vary, as plugging in an estimate did, made the test too wide at ρ = 0.9:
+  docs/design-notes.md); a ρ whose two-sided p-value ≥ 5 % is kept. Common random numbers across the grid
+  keep the accepted set an interval. One interval of ρ for all three statistics, stated on each one's
+  population scale (Pearson ρ; Spearman (6/π) asin(ρ/2); Kendall (2/π) asin ρ); the observed rank
+  statistic is printed beside it.
 
 The noise correlation between the two metrics is reported beside the reliabilities: the coverage grid was
 measured at 0.3 (the news study measures 0.07-0.22); at 0.6 with reliability 0.3 the interval reads the noise
-the metrics share as correlation (coverage 0.895-0.929, docs/design-notes.md), and the report says so. So
-does it where the methods err together (their noise spans under SHARED_NOISE_SHARE of the k − 1 directions
-independent methods' noise would: methods in pairs whose noise correlates 0.9 took coverage to 0.865-0.927 at
-reliability 0.3), as on the news study, where the methods that chose λ = 0 all decode greedily.
+the metrics share as correlation (coverage 0.899-0.929, docs/design-notes.md), and the report says so.
 
 No interval where a metric's true spread is estimated ≤ 0 or its reliability below MIN_RELIABILITY ("the
 methods differ by less than their measurement noise"), with the users that would reach it (where a metric
@@ -45,18 +46,10 @@ import numpy as np
 MIN_NOISE_USERS = 8  # users below which the noise covariance is not estimated (the means' intervals need as many)
 MIN_TRUE_METHODS = 6  # the fewest methods the coverage was measured at (docs/design-notes.md)
 MIN_RELIABILITY = 0.2  # below it no interval kept its coverage in the simulation (docs/design-notes.md)
-MEASURED_NOISE_CORRELATION = 0.3  # the metrics' noise correlation the grid was measured at (no cell below the band);
-# at 0.6 and reliability 0.3 coverage fell to 0.895-0.929, shared noise read as correlation (design-notes.md)
-# How far below its band the interval fell where the methods err together, by the share of independent directions
-# their noise spans (`independent_noise_share`; independent methods read 0.77-1.15, the news study 0.17-0.54):
-# (below this share, the coverage measured there; design-notes.md "Methods that err together").
-SHARED_NOISE_COVERAGE = (
-    (0.3, "77-81 % at reliability 0.3, 92-94 % at 0.5"),  # groups of 5 of 10 methods, noise correlated 0.95: ~0.16
-    (0.7, "86-93 % at reliability 0.3, 91-93 % at 0.5"),  # pairs, noise correlated 0.9: ~0.5 (0.38-0.60); the grid
-)
-SHARED_NOISE_SHARE = SHARED_NOISE_COVERAGE[-1][0]  # below it the report says the methods' noise is shared
+MEASURED_NOISE_CORRELATION = 0.3  # the metrics' noise correlation the grid was measured at; at 0.6 and
+# reliability 0.3 coverage fell to 0.899-0.929, shared noise read as correlation (design-notes.md)
 GRID = np.tanh(np.linspace(-3.5, 3.5, 71))  # candidate ρ, even in Fisher-z
-PROCEDURE = "test inversion, true means normal at the observed spread, noise by resampling users"
+PROCEDURE = "test inversion on whitened means, true means normal at the observed spread, noise by resampling users"
 
 
 def population_scale(statistic: str, rho):
@@ -64,18 +57,6 @@ def population_scale(statistic: str, rho):
     rho = np.asarray(rho, dtype=float)
     return {"pearson": lambda: rho, "spearman": lambda: 6 / np.pi * np.arcsin(rho / 2),
             "kendall": lambda: 2 / np.pi * np.arcsin(rho)}[statistic]()
-
-
-def batch_statistic(statistic: str, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """The statistic of every row pair of x, y (..., k): Pearson, Spearman or Kendall's τ-b."""
-    if statistic == "spearman":
-        x, y = (np.argsort(np.argsort(v, -1), -1).astype(float) for v in (x, y))
-    if statistic in ("pearson", "spearman"):
-        x, y = x - x.mean(-1, keepdims=True), y - y.mean(-1, keepdims=True)
-        return (x * y).sum(-1) / np.sqrt((x * x).sum(-1) * (y * y).sum(-1) + 1e-300)
-    i, j = np.triu_indices(x.shape[-1], 1)
-    sx, sy = np.sign(x[..., j] - x[..., i]), np.sign(y[..., j] - y[..., i])
-    return (sx * sy).sum(-1) / np.sqrt((sx != 0).sum(-1) * (sy != 0).sum(-1) + 1e-300)
 
 
 def noise_parts(x_rows: np.ndarray, y_rows: np.ndarray) -> dict:
@@ -99,26 +80,6 @@ def noise_correlation(parts: dict) -> float | None:
     return float(parts["N"]["xy"] / np.sqrt(xx * yy)) if xx > 0 and yy > 0 else None
 
 
-def independent_noise_share(parts: dict) -> float | None:
-    """How independently the methods err: each metric's noise across the methods spans (tr M)² / tr M² effective
-    directions (M its covariance over the method-centred means; tr M² estimated without the upward bias of a
-    small sample of users: unbiased under normal noise) — k − 1 where methods err independently; the smaller
-    share of k − 1 of the two metrics. None without noise or where tr M² is not estimable (its estimate ≤ 0)."""
-    k2, n = parts["centred"].shape
-    k, shares, degrees = k2 // 2, [], n - 1
-    if degrees < 2 or k < 2:
-        return None
-    for rows in (parts["centred"][:k], parts["centred"][k:]):
-        centred = rows - rows.mean(0, keepdims=True)  # a user effect common to every method cancels
-        scatter = centred @ centred.T  # (n − 1) × the per-user covariance: Wishart with n − 1 df
-        trace = np.trace(scatter)
-        square = (np.trace(scatter @ scatter) - trace ** 2 / degrees) / ((degrees - 1) * (degrees + 2))
-        if trace <= 0 or square <= 0:
-            return None
-        shares.append((trace / degrees) ** 2 / square / (k - 1))
-    return float(min(shares))
-
-
 def users_for(parts: dict, users: int, target: float = 0.5) -> tuple[int, bool] | None:
     """(users at which both metrics' reliability would reach `target`, noise ∝ 1 / users; whether that is only a
     lower bound). A metric whose methods show no true spread beyond their noise gives a lower bound: its whole
@@ -134,34 +95,81 @@ def users_for(parts: dict, users: int, target: float = 0.5) -> tuple[int, bool] 
     return int(np.ceil(max(needed + [users]))), bound
 
 
+def contrasts(k: int) -> np.ndarray:
+    """(k, k − 1) orthonormal contrasts: Qᵀ of a vector of k method means is its spread, the grand mean removed."""
+    return np.linalg.eigh(np.eye(k) - 1.0 / k)[1][:, 1:]
+
+
+def true_variance(contrast: np.ndarray, noise: np.ndarray) -> float:
+    """The true variance τ² across methods that maximises the normal likelihood of the method means' contrasts
+    (true τ²·I plus noise of covariance `noise`, on a log grid): the directions the noise leaves clean count fully,
+    where the plain spread S − N counts every direction alike."""
+    values, vectors = np.linalg.eigh(noise)
+    values, squares = np.clip(values, 0, None), (vectors.T @ contrast) ** 2
+    scale = max(float(contrast @ contrast) / len(contrast), 1e-300)
+    grid = scale * np.exp(np.linspace(-12, 2, 561))[:, None]
+    likelihood = -(np.log(grid + values) + squares / (grid + values)).sum(1)
+    return float(grid[np.argmax(likelihood), 0])
+
+
+def whitening(means: np.ndarray, user_covariance: np.ndarray, users: int) -> np.ndarray:
+    """(k − 1, k) map of a metric's k method means to contrasts whitened by their fitted covariance τ²·I + noise
+    (noise: the per-user covariance / users): each direction counts by how much of it is real, so the direction
+    in which methods that err together share their noise counts little."""
+    q = contrasts(len(means))
+    noise = q.T @ user_covariance @ q / users
+    values, vectors = np.linalg.eigh(true_variance(q.T @ means, noise) * np.eye(len(noise)) + noise)
+    return (vectors / np.sqrt(values)) @ vectors.T @ q.T
+
+
+def noise_pool(parts: dict) -> np.ndarray:
+    """(users, 2(k − 1)): each user's row, centred at the other users' mean and whitened by the maps fitted
+    without that user, then centred. Resampling it draws the whitened means' noise. Whitening by the same users'
+    covariance would understate it: the directions a small sample of users measures as quiet are weighted up
+    (at 20 methods in pairs 0.53 of the true noise, measured; design-notes.md "Whitening")."""
+    means, rows = parts["means"], parts["centred"].T
+    n, k = len(rows), len(means) // 2
+    pool = np.empty((n, 2 * (k - 1)))
+    for user in range(n):
+        others = np.delete(rows, user, 0)
+        residual, others = rows[user] - others.mean(0), others - others.mean(0)
+        for metric, whitened in ((slice(0, k), slice(0, k - 1)), (slice(k, 2 * k), slice(k - 1, 2 * k - 2))):
+            covariance = others[:, metric].T @ others[:, metric] / (n - 2)
+            pool[user, whitened] = whitening(means[metric], covariance, n) @ residual[metric]
+    return pool - pool.mean(0)
+
+
 def spread_to(shape: np.ndarray, noise: np.ndarray, spread: float) -> np.ndarray:
-    """True means of the given shape, scaled so that true + noise has the observed spread (sample variance across
-    methods): the positive root of var(c·shape + noise) = spread; NaN where no scale reaches it (the noise
-    drawn is then wider than the data allow)."""
-    k = shape.shape[-1]
-    shape, noise = shape - shape.mean(-1, keepdims=True), noise - noise.mean(-1, keepdims=True)
+    """Whitened true means of the given shape, scaled so that true + noise has the observed whitened spread (sum of
+    squares): the positive root of |c·shape + noise|² = spread; NaN where no scale reaches it (the noise drawn is
+    then wider than the data allow)."""
     a, b = (shape * shape).sum(-1), 2 * (shape * noise).sum(-1)
-    c = (noise * noise).sum(-1) - (k - 1) * spread
+    c = (noise * noise).sum(-1) - spread
     discriminant = b * b - 4 * a * c
     scale = (-b + np.sqrt(np.where(discriminant >= 0, discriminant, np.nan))) / (2 * a)
     return np.where(scale > 0, scale, np.nan)[..., None] * shape + noise
 
 
-def simulated_statistics(statistic: str, parts: dict, draws: int, seed: int) -> np.ndarray:
-    """(grid, draws) statistic of simulated observed means for every candidate ρ (common random numbers); NaN
-    for a draw whose noise alone is wider than a metric's observed spread."""
+def cosine(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """The test statistic: the correlation of the two metrics' whitened contrasts (Pearson's r of the means where
+    the noise is the same in every direction)."""
+    return (x * y).sum(-1) / np.sqrt((x * x).sum(-1) * (y * y).sum(-1) + 1e-300)
+
+
+def simulated_statistics(parts: dict, maps: tuple, draws: int, seed: int) -> np.ndarray:
+    """(grid, draws) statistic of simulated whitened means for every candidate ρ (common random numbers); NaN
+    for a draw whose noise alone is wider than a metric's observed whitened spread."""
     rng = np.random.default_rng(seed)
-    centred = parts["centred"]
-    k2, n = centred.shape
-    k = k2 // 2
-    pick = rng.integers(0, n, size=(draws, n))
-    noise = centred[:, pick].mean(-1).T * np.sqrt(n / (n - 1))  # (draws, 2k): a bootstrap mean's var is C·(n−1)/n
+    pool, means = noise_pool(parts), parts["means"]
+    n, k = len(pool), len(means) // 2
+    noise = pool[rng.integers(0, n, size=(draws, n))].mean(1)  # (draws, 2(k − 1))
     z1, z2 = rng.standard_normal((2, draws, k))
     rho = GRID[:, None, None]
     shape_y = rho * z1 + np.sqrt(1 - rho ** 2) * z2
-    x = spread_to(z1, noise[:, :k], parts["S"]["xx"])  # (draws, k): the same for every ρ
-    y = spread_to(shape_y, noise[:, k:], parts["S"]["yy"])
-    statistics = batch_statistic(statistic, np.broadcast_to(np.nan_to_num(x), y.shape), np.nan_to_num(y))
+    (map_x, map_y) = maps
+    x = spread_to(z1 @ map_x.T, noise[:, :k - 1], float(np.sum((map_x @ means[:k]) ** 2)))  # the same for every ρ
+    y = spread_to(shape_y @ map_y.T, noise[:, k - 1:], float(np.sum((map_y @ means[k:]) ** 2)))
+    statistics = cosine(np.broadcast_to(np.nan_to_num(x), y.shape), np.nan_to_num(y))
     return np.where(np.isnan(x[..., 0]) | np.isnan(y[..., 0]), np.nan, statistics)
 
 
@@ -173,20 +181,6 @@ def crossing(p_values: np.ndarray, rejected: int, kept: int, alpha: float) -> fl
     p = p_values[[rejected, kept]]
     share = (alpha - p[0]) / (p[1] - p[0]) if p[1] != p[0] else 0.0
     return float(np.tanh(z[0] + share * (z[1] - z[0])))
-
-
-def tail_p_values(simulated: np.ndarray, upper: np.ndarray, lower: np.ndarray, alpha: float) -> np.ndarray:
-    """Each candidate ρ's two-sided p-value, α split equally between the tails — except where a tail can reject
-    nothing: over few methods a rank statistic at ρ near ±1 piles onto ±1 (Kendall's τ = 1 in > 5 % of draws at 6
-    methods, reliability 0.9, ρ 0.9), so even the most extreme observation keeps that tail's mid-p above α/2. That
-    ρ's whole α goes to the other tail. The split is a property of the candidate ρ's own distribution, not of the
-    observed value, so each test keeps its size (unlike switching on the observed interval reaching ±1, measured
-    in docs/design-notes.md); it moved Spearman 6 / 0.9 / 0.9 from 0.976 to 0.967, Kendall 0.979 to 0.972."""
-    valid = (~np.isnan(simulated)).sum(-1) + 1
-    pile = {end: (0.5 * (np.abs(simulated - end) <= 1e-12).sum(-1) + 1) / valid > alpha / 2 for end in (1, -1)}
-    p_values = 2 * np.minimum(upper, lower)
-    p_values = np.where(pile[1] & ~pile[-1], np.minimum(lower, 2 * upper), p_values)  # the upper tail rejects nothing
-    return np.where(pile[-1] & ~pile[1], np.minimum(upper, 2 * lower), p_values)
 
 
 def median_estimate(upper: np.ndarray, lower: np.ndarray) -> float:
@@ -201,37 +195,70 @@ def median_estimate(upper: np.ndarray, lower: np.ndarray) -> float:
     return -1.0 if above[0] == 0 else crossing(balance, above[0] - 1, above[0], 0.0)
 
 
+def inverted_test(parts: dict, statistic: str, level: float, draws: int, seed: int) -> dict:
+    """Point, low and high on the statistic's population scale (low None where no ρ fits the data)."""
+    k, n = len(parts["means"]) // 2, parts["centred"].shape[1]
+    maps = [whitening(parts["means"][metric], np.cov(parts["centred"][metric]), n)
+            for metric in (slice(0, k), slice(k, 2 * k))]
+    observed = float(cosine(maps[0] @ parts["means"][:k], maps[1] @ parts["means"][k:]))
+    simulated = simulated_statistics(parts, maps, draws, seed)
+    valid = (~np.isnan(simulated)).sum(-1)
+    upper = ((simulated > observed).sum(-1) + 1) / (valid + 1)
+    lower = ((simulated < observed).sum(-1) + 1) / (valid + 1)
+    p_values, rho = 2 * np.minimum(upper, lower), median_estimate(upper, lower)
+    kept = np.flatnonzero(p_values > 1 - level)
+    if not len(kept):
+        return {"point": float(population_scale(statistic, rho)), "low": None, "high": None}
+    low = -1.0 if kept[0] == 0 else crossing(p_values, kept[0] - 1, kept[0], 1 - level)
+    high = 1.0 if kept[-1] == len(GRID) - 1 else crossing(p_values, kept[-1] + 1, kept[-1], 1 - level)
+    if not low <= rho <= high:  # beyond the median at every ρ (a bound), the last grid points barely kept or not
+        rho = float(GRID[kept[np.argmax(p_values[kept])]])  # the most compatible ρ kept
+    return {"point": float(population_scale(statistic, rho)), "low": float(population_scale(statistic, low)),
+            "high": float(population_scale(statistic, high))}
+
+
+def distinct_deployments(x_rows: np.ndarray, y_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with methods that are one deployment merged: methods whose per-user rows are identical on either
+    metric (the same generations: on the news study the methods that chose λ = 0 all decode greedily) have equal
+    true means there, which true means drawn independently per method cannot have (their likelihood would put the
+    true spread at 0). Each such group counts once, its rows averaged user by user; the result is sorted by its
+    values, so the simulation's draws and the interval do not depend on the order the methods were listed in."""
+    k = len(x_rows)
+    group = list(range(k))
+    for rows in (x_rows, y_rows):
+        scale = 1e-12 * (1 + np.abs(rows).max())
+        for i in range(k):
+            for j in range(i + 1, k):
+                if np.abs(rows[i] - rows[j]).max() <= scale:
+                    old, new = max(group[i], group[j]), min(group[i], group[j])
+                    group = [new if g == old else g for g in group]
+    labels = sorted(set(group))
+    merged = [[m for m in range(k) if group[m] == label] for label in labels]
+    rows = sorted((tuple(x_rows[m].mean(0)), tuple(y_rows[m].mean(0))) for m in merged)
+    return np.array([x for x, _ in rows]), np.array([y for _, y in rows])
+
+
 def true_correlation(x_rows, y_rows, statistic: str, level: float = 0.95, draws: int = 199, seed: int = 0) -> dict:
     """Interval for the correlation of the methods' true means; `x_rows`, `y_rows`: (methods, users)."""
-    x_rows, y_rows = np.asarray(x_rows, float), np.asarray(y_rows, float)
+    methods = len(x_rows)
+    x_rows, y_rows = distinct_deployments(np.asarray(x_rows, float), np.asarray(y_rows, float))
     k, n = x_rows.shape
-    out = {"low": None, "high": None, "point": None, "reliability": None, "users_needed": None, "level": level}
+    out = {"low": None, "high": None, "point": None, "reliability": None, "users_needed": None, "level": level,
+           "methods": methods, "distinct_methods": k}
     if n < MIN_NOISE_USERS or k < MIN_TRUE_METHODS:
-        return {**out, "reason": f"{n} users, {k} methods: an interval needs {MIN_NOISE_USERS} users and "
+        counted = f"{k} methods" if k == methods else f"{k} distinct of {methods} methods"
+        return {**out, "reason": f"{n} users, {counted}: an interval needs {MIN_NOISE_USERS} users and "
                                  f"{MIN_TRUE_METHODS} methods"}
     parts = noise_parts(x_rows, y_rows)
     reliability = {key[0]: float(parts["T"][key] / parts["S"][key]) if parts["S"][key] > 0 else 0.0
                    for key in ("xx", "yy")}
     needed, bound = users_for(parts, n) or (None, False)
     out.update(reliability=reliability, users_needed=needed, users_needed_is_bound=bound,
-               noise_correlation=noise_correlation(parts), independent_noise_share=independent_noise_share(parts))
+               noise_correlation=noise_correlation(parts))
     if min(reliability.values()) < MIN_RELIABILITY:
         return {**out, "reason": "the methods differ by less than their measurement noise (reliability "
                                  f"{min(reliability.values()):.2f})"}
-    observed = float(batch_statistic(statistic, x_rows.mean(1), y_rows.mean(1)))
-    simulated = simulated_statistics(statistic, parts, draws, seed)
-    valid = (~np.isnan(simulated)).sum(-1)
-    tied = 0.5 * (np.abs(simulated - observed) <= 1e-12).sum(-1)  # mid-p: Kendall over few methods is discrete
-    upper = ((simulated > observed + 1e-12).sum(-1) + tied + 1) / (valid + 1)
-    lower = ((simulated < observed - 1e-12).sum(-1) + tied + 1) / (valid + 1)
-    p_values = tail_p_values(simulated, upper, lower, 1 - level)
-    rho = median_estimate(upper, lower)
-    kept = np.flatnonzero(p_values > 1 - level)
-    if not len(kept):
-        return {**out, "point": float(population_scale(statistic, rho)), "reason": "no correlation fits the data"}
-    low = -1.0 if kept[0] == 0 else crossing(p_values, kept[0] - 1, kept[0], 1 - level)
-    high = 1.0 if kept[-1] == len(GRID) - 1 else crossing(p_values, kept[-1] + 1, kept[-1], 1 - level)
-    if not low <= rho <= high:  # beyond the median at every ρ (a bound), the last grid points barely kept or not
-        rho = float(GRID[kept[np.argmax(p_values[kept])]])  # the most compatible ρ kept
-    return {**out, "point": float(population_scale(statistic, rho)), "low": float(population_scale(statistic, low)),
-            "high": float(population_scale(statistic, high)), "reason": None, "procedure": PROCEDURE}
+    interval = inverted_test(parts, statistic, level, draws, seed)
+    if interval["low"] is None:
+        return {**out, "point": interval["point"], "reason": "no correlation fits the data"}
+    return {**out, **interval, "reason": None, "procedure": PROCEDURE}

@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 
 from persalign.analysis.intervals import why_none
-from persalign.analysis.true_correlation import (MEASURED_NOISE_CORRELATION, SHARED_NOISE_COVERAGE,
-                                                  SHARED_NOISE_SHARE)
+from persalign.analysis.true_correlation import MEASURED_NOISE_CORRELATION
 
 SYMBOLS = {"pearson": "Pearson r", "spearman": "Spearman ρ", "kendall": "Kendall τ"}
 
@@ -54,9 +53,19 @@ def true_means_text(true: dict | None) -> str:
                      "spread were real")
         elif true.get("users_needed"):
             users = f"; ≈ {true['users_needed']} users would make it estimable"
-        return f"true means: too noisy to tell ({true['reason']}{users})"
-    warnings = _shared_noise(true) + _noise_across_methods(true)
-    return f"true means: {true['point']:+.2f} [{true['low']:+.2f}, {true['high']:+.2f}] ({rel}{warnings})"
+        return f"true means: too noisy to tell ({true['reason']}{users}{_merged(true)})"
+    if true["low"] <= -1 and true["high"] >= 1:
+        return f"true means: no information (every correlation from -1 to +1 fits the data; {rel}{_merged(true)})"
+    return (f"true means: {true['point']:+.2f} [{true['low']:+.2f}, {true['high']:+.2f}] "
+            f"({rel}{_shared_noise(true)}{_merged(true)})")
+
+
+def _merged(true: dict) -> str:
+    """How many distinct deployments the interval counted, where methods with identical outputs were merged."""
+    distinct, methods = true.get("distinct_methods"), true.get("methods")
+    if distinct is None or methods is None or distinct == methods:
+        return ""
+    return f"; {distinct} distinct of {methods} methods: those with identical outputs count once"
 
 
 def _shared_noise(true: dict) -> str:
@@ -66,14 +75,3 @@ def _shared_noise(true: dict) -> str:
         return ""
     return (f"; their noise correlates {kappa:+.2f}, beyond the ±{MEASURED_NOISE_CORRELATION:.1f} its coverage was "
             "measured at: shared noise may read as correlation")
-
-
-def _noise_across_methods(true: dict) -> str:
-    """A warning where the methods err together (their noise spans few independent directions), where the
-    interval's coverage was measured below its band at low reliability."""
-    share = true.get("independent_noise_share")
-    if share is None or share >= SHARED_NOISE_SHARE:
-        return ""
-    measured = next(coverage for below, coverage in SHARED_NOISE_COVERAGE if share < below)
-    return (f"; the methods' noise is shared (it spans {share:.0%} of the directions it would if they erred "
-            f"independently): there coverage fell to {measured}")
