@@ -65,7 +65,7 @@ def _merged(true: dict) -> str:
     distinct, methods = true.get("distinct_methods"), true.get("methods")
     if distinct is None or methods is None or distinct == methods:
         return ""
-    return f"; {distinct} distinct of {methods} methods: those with identical outputs count once"
+    return f"; {distinct} distinct of {methods} methods (identical outputs count once)"
 
 
 def _shared_noise(true: dict) -> str:
