@@ -5,7 +5,8 @@ interval of the observed means (the only one printed before) on the same studies
 Each row: the share of printed intervals covering the true value (the statistic's population value for the
 true means' ρ), and the share of studies where one was printed (the rest: "too noisy to tell"). One interval of
 ρ serves the three statistics (analysis/true_correlation.py), so `--statistics pearson` measures them all; the
-others draw other studies (each cell's seed comes from its name).
+others draw other studies (each cell's seed comes from its name). Each interval here draws the tests'
+COVERAGE_DRAWS (199) studies per candidate ρ; reports draw DRAWS (999): docs/design-notes.md "Whitening".
 
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --statistics pearson   # ~5 min, not timed alone
     python benchmarks/coverage_true_correlation.py --repetitions 4000 --seed 99 --cells pearson/20/0.5/0.9
