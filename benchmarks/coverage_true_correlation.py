@@ -4,11 +4,11 @@ interval of the observed means (the only one printed before) on the same studies
 
 Each row: the share of printed intervals covering the true value (the statistic's population value for the
 true means' ρ), and the share of studies where one was printed (the rest: "too noisy to tell"). One interval of
-ρ serves the three statistics (analysis/true_correlation.py), so `--statistics pearson` measures them all; the
-others draw other studies (each cell's seed comes from its name). Each interval here draws the tests'
+ρ serves the three statistics (analysis/true_correlation.py), so the default `--statistics pearson` measures
+them all; the others draw other studies (each cell's seed comes from its name). Each interval here draws the tests'
 COVERAGE_DRAWS (199) studies per candidate ρ; reports draw DRAWS (999): docs/design-notes.md "Whitening".
 
-    python benchmarks/coverage_true_correlation.py --repetitions 1000 --statistics pearson   # ~5 min, not timed alone
+    python benchmarks/coverage_true_correlation.py --repetitions 1000      # ~5 min (Pearson; not timed alone)
     python benchmarks/coverage_true_correlation.py --repetitions 4000 --seed 99 --cells pearson/20/0.5/0.9
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --noise-corr 0.6   # metrics' noise shared more
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --group 2/0.9      # methods that err in pairs
@@ -73,7 +73,9 @@ def row(cell_: tuple[str, int, float, float], repetitions: int, seed: int | None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repetitions", type=count, default=1000)
-    parser.add_argument("--statistics", nargs="+", default=["pearson", "spearman", "kendall"])
+    parser.add_argument("--statistics", nargs="+", default=["pearson"],
+                        help="one interval of ρ serves all three; spearman / kendall draw other studies (default: "
+                             "pearson)")
     parser.add_argument("--cells", nargs="+", type=cell, metavar="STATISTIC/METHODS/RELIABILITY/RHO",
                         help="only these cells, e.g. pearson/20/0.5/0.9 (default: the whole grid)")
     parser.add_argument("--seed", type=seed, help="one seed for every cell (default: one per cell, from its name)")

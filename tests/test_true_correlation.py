@@ -250,3 +250,22 @@ def test_the_reported_ends_vary_less_between_seeds_than_the_coverage_grids():
             for draws in (COVERAGE_DRAWS, DRAWS)}
     assert None not in ends[DRAWS] + ends[COVERAGE_DRAWS]
     assert np.std(ends[DRAWS]) < 0.7 * np.std(ends[COVERAGE_DRAWS]), {d: np.std(e) for d, e in ends.items()}
+
+
+def test_a_correlation_table_simulates_the_true_means_once_for_its_three_statistics(monkeypatch):
+    """One interval of ρ serves Pearson, Spearman and Kendall; before, each statistic ran the same simulation
+    (3 × DRAWS studies per candidate ρ per table cell), with the same result on each one's scale."""
+    import persalign.analysis.true_correlation as module
+    from persalign.analysis.study import MethodResult, correlation_table
+    x, y = simulated_rows(np.random.default_rng(31), 8, 0.5, 0.8)
+    methods = [MethodResult(f"M{m}", "p", {}, m, 1, {"a": dict(enumerate(x[m])), "b": dict(enumerate(y[m]))})
+               for m in range(8)]
+    calls = []
+    simulate = module.simulated_statistics
+    monkeypatch.setattr(module, "simulated_statistics", lambda *args: calls.append(1) or simulate(*args))
+    table = correlation_table(methods, "a", "b")
+    assert len(calls) == 1
+    for statistic in ("spearman", "kendall"):
+        assert table[statistic]["true"]["low"] == pytest.approx(
+            float(population_scale(statistic, table["pearson"]["true"]["low"])))
+    assert table["kendall"]["true"] == true_correlation(x, y, "kendall")

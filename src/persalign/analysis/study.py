@@ -34,7 +34,7 @@ import numpy as np
 from persalign.analysis.correlations import STATISTICS, correlate
 from persalign.analysis.intervals import PERCENT, correlation_interval, difference_bounds, mean_interval
 from persalign.analysis.paired import crossfit_comparison
-from persalign.analysis.true_correlation import true_correlation
+from persalign.analysis.true_correlation import on_scale, true_correlation
 from persalign.decoders.base import properties_of
 from persalign.runner.store import Cell, RunStore
 
@@ -172,12 +172,13 @@ def correlation_table(methods: list[MethodResult], x: str, y: str) -> dict:
     xs, ys = [mean_of(m, x) for m in usable], [mean_of(m, y) for m in usable]
     x_rows = np.array([[m.user_means[x][u] for u in users] for m in usable]).reshape(len(usable), len(users))
     y_rows = np.array([[m.user_means[y][u] for u in users] for m in usable]).reshape(len(usable), len(users))
+    true = true_correlation(x_rows, y_rows, "pearson")  # the true means' ρ, noise counted: one for every statistic
     table = {}
     for statistic in STATISTICS:
         point = correlate(xs, ys, statistic)
         table[statistic] = {"point": point, **correlation_interval(statistic, point.value, point.n),
                             "methods": len(usable), "users": len(users), "level": 0.95,
-                            "true": true_correlation(x_rows, y_rows, statistic)}  # the true means', noise counted
+                            "true": on_scale(true, statistic)}
     return table
 
 

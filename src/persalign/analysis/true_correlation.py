@@ -198,8 +198,8 @@ def median_estimate(upper: np.ndarray, lower: np.ndarray) -> float:
     return -1.0 if above[0] == 0 else crossing(balance, above[0] - 1, above[0], 0.0)
 
 
-def inverted_test(parts: dict, statistic: str, level: float, draws: int, seed: int) -> dict:
-    """Point, low and high on the statistic's population scale (low None where no ρ fits the data)."""
+def inverted_test(parts: dict, level: float, draws: int, seed: int) -> dict:
+    """Point, low and high of ρ, the true means' correlation (low None where no ρ fits the data)."""
     k, n = len(parts["means"]) // 2, parts["centred"].shape[1]
     maps = [whitening(parts["means"][metric], np.cov(parts["centred"][metric]), n)
             for metric in (slice(0, k), slice(k, 2 * k))]
@@ -211,13 +211,12 @@ def inverted_test(parts: dict, statistic: str, level: float, draws: int, seed: i
     p_values, rho = 2 * np.minimum(upper, lower), median_estimate(upper, lower)
     kept = np.flatnonzero(p_values > 1 - level)
     if not len(kept):
-        return {"point": float(population_scale(statistic, rho)), "low": None, "high": None}
+        return {"point": rho, "low": None, "high": None}
     low = -1.0 if kept[0] == 0 else crossing(p_values, kept[0] - 1, kept[0], 1 - level)
     high = 1.0 if kept[-1] == len(GRID) - 1 else crossing(p_values, kept[-1] + 1, kept[-1], 1 - level)
     if not low <= rho <= high:  # beyond the median at every ρ (a bound), the last grid points barely kept or not
         rho = float(GRID[kept[np.argmax(p_values[kept])]])  # the most compatible ρ kept
-    return {"point": float(population_scale(statistic, rho)), "low": float(population_scale(statistic, low)),
-            "high": float(population_scale(statistic, high))}
+    return {"point": float(rho), "low": float(low), "high": float(high)}
 
 
 def distinct_deployments(x_rows: np.ndarray, y_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -261,7 +260,15 @@ def true_correlation(x_rows, y_rows, statistic: str, level: float = 0.95, draws:
     if min(reliability.values()) < MIN_RELIABILITY:
         return {**out, "reason": "the methods differ by less than their measurement noise (reliability "
                                  f"{min(reliability.values()):.2f})"}
-    interval = inverted_test(parts, statistic, level, draws, seed)
+    interval = inverted_test(parts, level, draws, seed)
     if interval["low"] is None:
-        return {**out, "point": interval["point"], "reason": "no correlation fits the data"}
-    return {**out, **interval, "reason": None, "procedure": PROCEDURE}
+        return on_scale({**out, "point": interval["point"], "reason": "no correlation fits the data"}, statistic)
+    return on_scale({**out, **interval, "reason": None, "procedure": PROCEDURE}, statistic)
+
+
+def on_scale(result: dict, statistic: str) -> dict:
+    """A result of `true_correlation` (its ρ) stated on another statistic's population scale: one interval of ρ
+    serves the three, so a table computes it once."""
+    ends = {key: None if result[key] is None else float(population_scale(statistic, result[key]))
+            for key in ("point", "low", "high")}
+    return {**result, **ends}
