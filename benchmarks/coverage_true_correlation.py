@@ -12,6 +12,8 @@ COVERAGE_DRAWS (199) studies per candidate ρ; reports draw DRAWS (999): docs/de
     python benchmarks/coverage_true_correlation.py --repetitions 4000 --seed 99 --cells pearson/20/0.5/0.9
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --noise-corr 0.6   # metrics' noise shared more
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --group 2/0.9      # methods that err in pairs
+    python benchmarks/coverage_true_correlation.py --repetitions 1000 --users 32         # more users than methods
+    python benchmarks/coverage_true_correlation.py --repetitions 1000 --min-reliability=-inf   # no floor
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ import argparse
 import sys
 import zlib
 from pathlib import Path
+from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import correlation, count, seed  # noqa: E402
+from common import correlation, count, floor, seed  # noqa: E402
+from persalign.analysis import true_correlation  # noqa: E402
 from persalign.analysis.correlations import correlate  # noqa: E402
 from persalign.analysis.intervals import correlation_interval  # noqa: E402
 from tests.test_true_correlation import coverage  # noqa: E402  (the tests' simulated studies and loop)
@@ -59,13 +63,13 @@ def group(text: str) -> tuple[int, float]:
     return size, corr
 
 
-def row(cell_: tuple[str, int, float, float], repetitions: int, seed: int | None, noise: dict) -> str:
+def row(cell_: tuple[str, int, float, float], repetitions: int, seed: int | None, design: dict) -> str:
     statistic, methods, reliability, rho = cell_
     if seed is None:  # both procedures: the same studies
         seed = zlib.crc32(repr((statistic, methods, reliability, rho)).encode())
-    covered, printed = coverage(statistic, methods, rho, reliability, repetitions, seed, noise=noise)
+    covered, printed = coverage(statistic, methods, rho, reliability, repetitions, seed, design=design)
     old_covered, old_printed = coverage(statistic, methods, rho, reliability, repetitions, seed,
-                                        interval=observed_means_interval, noise=noise)
+                                        interval=observed_means_interval, design=design)
     old_text = f"{old_covered:.3f}" if old_printed else "none printed"
     return (f"| {statistic} | {methods} | {reliability:g} | {rho:g} | {covered:.3f} | {printed:.2f} | {old_text} |")
 
@@ -85,15 +89,22 @@ def main() -> None:
     parser.add_argument("--group", type=group, default=(1, 0.0), metavar="SIZE/CORR",
                         help="methods in groups of SIZE whose noise correlates CORR (default 1/0: each method errs "
                              "alone; the news study's err together: docs/design-notes.md)")
+    parser.add_argument("--users", type=count, default=16,
+                        help="users per study; each cell's reliability is that of a method's mean over them "
+                             "(default 16, the tests'; the news study has 29)")
+    parser.add_argument("--min-reliability", type=floor, default=true_correlation.MIN_RELIABILITY,
+                        help="the reliability below which no interval is printed (default: persalign's "
+                             f"{true_correlation.MIN_RELIABILITY}; --min-reliability=-inf prints every study's)")
     args = parser.parse_args()
     print("| statistic | methods | reliability | true ρ | true-means coverage | printed "
           "| observed-means (Fisher z) coverage |")
     print("|---|---|---|---|---|---|---|")
     grid = [(statistic, methods, reliability, rho) for statistic in args.statistics for methods in (6, 10, 20)
             for reliability in (0.3, 0.5, 0.9) for rho in (0.0, 0.5, 0.9)]
-    for cell_ in args.cells or grid:
-        print(row(cell_, args.repetitions, args.seed, {"noise_corr": args.noise_corr, "group": args.group}),
-              flush=True)
+    with mock.patch.object(true_correlation, "MIN_RELIABILITY", args.min_reliability):  # a variant, measured
+        for cell_ in args.cells or grid:
+            design = {"noise_corr": args.noise_corr, "group": args.group, "users": args.users}
+            print(row(cell_, args.repetitions, args.seed, design), flush=True)
 
 
 if __name__ == "__main__":

@@ -28,20 +28,21 @@ USERS = 16
 
 
 def simulated_rows(rng, methods: int, rho: float, reliability: float, noise_corr: float = 0.3,
-                   group: tuple[int, float] = (1, 0.0)):
+                   group: tuple[int, float] = (1, 0.0), users: int = USERS):
     """(x rows, y rows): (methods, users) per-user values of one simulated study; with `group` = (size, corr) the
     methods come in groups of that size (0 and 1, 2 and 3, … for pairs) whose noise correlates with the group's
-    first method's by corr, as methods that err on the same users do (default: they err independently)."""
+    first method's by corr, as methods that err on the same users do (default: they err independently). The
+    reliability is that of a method's mean over `users`."""
     z1, z2 = rng.standard_normal((2, methods))
     true_x, true_y = z1, rho * z1 + np.sqrt(1 - rho ** 2) * z2
-    sd = np.sqrt(USERS * (1 - reliability) / reliability)
-    e1, e2 = rng.standard_normal((2, methods, USERS))
+    sd = np.sqrt(users * (1 - reliability) / reliability)
+    e1, e2 = rng.standard_normal((2, methods, users))
     size, corr = group
     members = np.arange(methods) % size > 0
     for e in (e1, e2):
         first = e[np.arange(methods) // size * size]
         e[members] = corr * first[members] + np.sqrt(1 - corr ** 2) * e[members]
-    user_x, user_y = rng.standard_normal((2, USERS))
+    user_x, user_y = rng.standard_normal((2, users))
     x = true_x[:, None] + user_x + sd * e1
     y = true_y[:, None] + user_y + sd * (noise_corr * e1 + np.sqrt(1 - noise_corr ** 2) * e2)
     return x, y
@@ -56,15 +57,15 @@ def true_means_interval(x, y, statistic: str, repetition: int) -> dict:
 
 
 def coverage(statistic: str, methods: int, rho: float, reliability: float, repetitions: int, seed: int = 0,
-             interval=true_means_interval, noise: dict | None = None):
+             interval=true_means_interval, design: dict | None = None):
     """(share of printed intervals covering the true value, share of studies with an interval printed), of
-    `interval(x rows, y rows, statistic, repetition)` (default: persalign's true-means interval); `noise`:
-    simulated_rows's noise_corr and group."""
+    `interval(x rows, y rows, statistic, repetition)` (default: persalign's true-means interval); `design`:
+    simulated_rows's noise_corr, group and users."""
     rng = np.random.default_rng(seed)
     truth = float(population_scale(statistic, rho))
     covered = printed = 0
     for repetition in range(repetitions):
-        x, y = simulated_rows(rng, methods, rho, reliability, **(noise or {}))
+        x, y = simulated_rows(rng, methods, rho, reliability, **(design or {}))
         result = interval(x, y, statistic, repetition)
         if result["low"] is not None:
             printed += 1
@@ -152,7 +153,7 @@ def test_noise_the_metrics_share_beyond_the_measured_is_said_where_coverage_fall
     the whitened grid of 1000 studies, 0.895 before; the intervals that miss lie above the truth). The noise correlation is estimated from the user rows
     and the report says where it lies beyond 0.3 (nothing was said before: the result had no
     `noise_correlation`)."""
-    covered, _ = coverage("pearson", 10, 0.0, 0.3, repetitions=500, seed=11, noise={"noise_corr": 0.6})
+    covered, _ = coverage("pearson", 10, 0.0, 0.3, repetitions=500, seed=11, design={"noise_corr": 0.6})
     assert covered < 0.93  # why the warning exists: below the band there
     rng = np.random.default_rng(12)
     said = {0.6: 0, 0.1: 0}
@@ -173,7 +174,7 @@ def test_methods_that_err_together_keep_the_coverage(group):
     greedily) or in pairs (0.9). Matching the plain spread read the shared noise as true spread: 0.755 / 0.921 on
     a987934 (Pearson, 10 methods, reliability 0.3, ρ 0.5; the grid's groups of 5 0.766-0.805 at reliability 0.3).
     Whitened, each direction counts by how much of it is real."""
-    covered, printed = coverage("pearson", 10, 0.5, 0.3, repetitions=2000, seed=11, noise={"group": group})
+    covered, printed = coverage("pearson", 10, 0.5, 0.3, repetitions=2000, seed=11, design={"group": group})
     assert 0.93 <= covered <= 0.97, (covered, printed)
 
 
