@@ -8,7 +8,7 @@ Each study: m = methods − 1 contrasts per metric, true means N(0, 1) of correl
   (`spread_to`, `cosine` from the package), here with the noise drawn from its true distribution;
 - `lr`: the profile likelihood ratio of the 2 × 2 scatter matrix (Wishart, known noise), against χ²₁.
 
-Each row: the shares of studies whose test rejects the true ρ from below / above (2.5 % each if calibrated) and
+Each row: the shares of studies whose interval lies below / above the true ρ (2.5 % each if calibrated) and
 the coverage, over all studies and over those the report prints an interval for (both metrics' estimated
 reliability ≥ MIN_RELIABILITY). Under `spread` both metrics' spreads are matched, so any statistic of
 (x·x, y·y, x·y) gives this same test: only a model of how the observed spread splits into true differences and
@@ -48,7 +48,8 @@ def noise(rng, m: int, reliability: float, kappa: float, size: int) -> tuple[np.
 
 
 def spread_test(rng, x: np.ndarray, y: np.ndarray, cell: tuple, draws: int) -> int:
-    """−1 / +1 where the spread-matched simulation at the true ρ rejects from below / above at 2.5 %, else 0."""
+    """−1 / +1 where the spread-matched test's interval lies below / above the true ρ (the observed statistic in
+    the simulated lower / upper 2.5 % at the true ρ), else 0."""
     m, reliability, rho, kappa = cell
     shape_x, shape_y = true_means(rng, m, rho, draws)
     noise_x, noise_y = noise(rng, m, reliability, kappa, draws)
@@ -61,7 +62,7 @@ def spread_test(rng, x: np.ndarray, y: np.ndarray, cell: tuple, draws: int) -> i
 
 
 def likelihood_ratio_test(x: np.ndarray, y: np.ndarray, cell: tuple) -> int:
-    """−1 / +1 where the profile likelihood ratio's 95 % interval lies above / below the true ρ, else 0."""
+    """−1 / +1 where the profile likelihood ratio's 95 % interval lies below / above the true ρ, else 0."""
     m, reliability, rho, kappa = cell
     variance = (1 - reliability) / reliability
     a, b, r = np.meshgrid(SCALES, SCALES, FISHER, indexing="ij")
@@ -72,7 +73,7 @@ def likelihood_ratio_test(x: np.ndarray, y: np.ndarray, cell: tuple) -> int:
     loglik = -0.5 * m * np.log(det) - 0.5 * (s22 * (x @ x) - 2 * s12 * (x @ y) + s11 * (y @ y)) / det
     profile = np.where(valid, loglik, -np.inf).max((0, 1))
     kept = FISHER[2 * (profile.max() - profile) <= 3.841]
-    return -1 if kept.min() > rho else 1 if kept.max() < rho else 0
+    return 1 if kept.min() > rho else -1 if kept.max() < rho else 0
 
 
 def row(cell: tuple, test: str, repetitions: int, draws: int, seed_: int) -> str:
@@ -118,7 +119,7 @@ def main() -> None:
     parser.add_argument("--draws", type=count, default=999, help="simulated studies per test (spread)")
     parser.add_argument("--seed", type=seed, default=0)
     args = parser.parse_args()
-    print("| test | methods | reliability | true ρ | noise corr | all: below / above / covered "
+    print("| test | methods | reliability | true ρ | noise corr | all: interval below / above ρ / covered "
           "| printed: below / above / covered | printed |")
     print("|---|---|---|---|---|---|---|---|")
     for cell in args.cells:
