@@ -1,9 +1,11 @@
 """Where torch's CPU numbers depend on the thread count and the kernel set, and what pinning them costs.
 
-The findings behind persalign/models/numerics.py (issue #51), each in a fresh process (torch picks its
-kernel set once per process): for each suspect operation, whether its output is bit-identical at 1, 2, 4
-and 16 threads, with the CPU's native kernels and with the DEFAULT set persalign pins; then the seconds of
-a small-LM forward pass (SmolLM2-135M's shapes, random weights) at 1 and 2 threads with either kernel set.
+The findings behind persalign/models/numerics.py (issue #51), each in a fresh process (torch and MKL pick
+their kernels once per process): for each suspect operation, whether its output is bit-identical at 1, 2, 4
+and 16 threads; then the seconds of a small-LM forward pass (SmolLM2-135M's shapes, random weights) at 1
+and 2 threads — with the CPU's native kernels, with the portable set persalign pins (ATen's AVX2 kernels,
+MKL capped at AVX2 in its reproducible mode) and with the set every x86-64 CPU runs (ATen's scalar DEFAULT
+kernels, MKL's SSE2 branch).
 
     python benchmarks/bench_numerics.py            # prints a table and one JSON line
 """
@@ -15,6 +17,8 @@ import os
 import subprocess
 import sys
 
+from persalign.models.numerics import PORTABLE_KERNELS
+
 PROBE = r"""
 import hashlib, json, time, torch
 torch.manual_seed(0)
@@ -25,7 +29,9 @@ h, head = torch.randn(680, 64), torch.randn(64, 32000)   # an LM head over a bat
 probes = {"silu (vector tails)": lambda: torch.nn.functional.silu(x),
           "flash attention, 2 queries": lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v),
           "matmul, LM head (MKL)": lambda: h @ head}
-out = {"kernels": torch.backends.cpu.get_cpu_capability(), "same_at_1_2_4_16_threads": {}, "forward_s": {}}
+from persalign.models.numerics import mkl_branch
+out = {"kernels": f"{torch.backends.cpu.get_cpu_capability()}/MKL {mkl_branch()}", "same_at_1_2_4_16_threads": {},
+       "forward_s": {}}
 for name, probe in probes.items():
     digests = set()
     for threads in (1, 2, 4, 16):
@@ -48,23 +54,26 @@ print(json.dumps(out))
 """
 
 
-def probe(kernels: str | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "OMP_NUM_THREADS")}
-    if kernels:
-        env["ATEN_CPU_CAPABILITY"] = kernels
-    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, check=True)
+KERNEL_SETS = {"native": {}, "portable (pinned)": PORTABLE_KERNELS,
+               "every x86-64": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"}}
+
+
+def probe(kernels: dict[str, str]) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in (*PORTABLE_KERNELS, "OMP_NUM_THREADS")}
+    done = subprocess.run([sys.executable, "-c", PROBE], env={**env, **kernels}, capture_output=True, text=True,
+                          check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:
-    results = {"native": probe(None), "pinned (default)": probe("default")}
-    print(f"{'operation':30s} " + " ".join(f"{label + ' ' + r['kernels']:>22s}" for label, r in results.items()))
+    results = {label: probe(kernels) for label, kernels in KERNEL_SETS.items()}
+    print(f"{'operation':30s} " + " ".join(f"{label + ' ' + r['kernels']:>32s}" for label, r in results.items()))
     for name in results["native"]["same_at_1_2_4_16_threads"]:
         cells = ["same" if r["same_at_1_2_4_16_threads"][name] else "DIFFERS" for r in results.values()]
-        print(f"{name:30s} " + " ".join(f"{c:>22s}" for c in cells))
+        print(f"{name:30s} " + " ".join(f"{c:>32s}" for c in cells))
     for threads in ("1", "2"):
         cells = [f"{r['forward_s'][threads]:.3f} s" for r in results.values()]
-        print(f"{'forward 16x96, ' + threads + ' thread(s)':30s} " + " ".join(f"{c:>22s}" for c in cells))
+        print(f"{'forward 16x96, ' + threads + ' thread(s)':30s} " + " ".join(f"{c:>32s}" for c in cells))
     print(json.dumps({"benchmark": "numerics", **results}))
 
 

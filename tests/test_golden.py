@@ -2,9 +2,11 @@
 
 The values were first stored at db18ad0, before the runner was rebuilt (issue #16),
 and re-stored since (tests/golden.py says when, why and what moved); each file names
-the machine it was stored on: there raw float32 internals are compared too, elsewhere
-every reported number and generation (trained heads and ARGS near-ties amplify the
-last digits of another CPU's matrix products). Nothing is skipped for the CPU.
+the numerics it was stored with (torch, kernels, MKL's branch, threads): wherever they are
+the same — any CPU that runs persalign's pinned kernels — raw float32 internals are compared
+too, elsewhere every reported number and generation (trained heads and ARGS near-ties
+amplify the last digits of other matrix-product kernels). Skipped only on a CPU that
+cannot run the pinned kernels (no AVX2), with that reason.
 """
 
 import json

@@ -1,5 +1,5 @@
-"""Same numbers on every machine (issue #51): any thread count in the environment, another matrix-product
-kernel, any install folder; every model the model it claims to be. Runs are fresh processes.
+"""Same numbers on every machine (issue #51): any thread count or kernel setting in the environment, another
+matrix-product kernel, any install folder; every model the model it claims to be. Runs are fresh processes.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from persalign.core.errors import ModelLoadError
+from persalign.core.errors import ModelLoadError, PersalignError
 from tests.golden import HOSTILE_FOLDER, assert_same, load_golden
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,32 +30,76 @@ def _golden_values(which: str, out: Path, **env) -> dict:
     return json.loads(out.read_text())
 
 
-def test_the_environments_thread_count_changes_no_number_not_even_a_raw_float(tmp_path):
+# What a user's environment may say about torch's and MKL's kernels; persalign computes with its own set
+# (models/numerics.py) on every CPU that runs it, so none of this may move a number.
+HOSTILE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
+
+
+def _portable() -> bool:
+    from persalign.models.numerics import portable_kernels_wanted
+
+    return portable_kernels_wanted()
+
+
+def test_the_environments_thread_count_and_kernels_change_no_number_not_even_a_raw_float(tmp_path):
     """Before #51 (41e66f0) the tiny run at OMP_NUM_THREADS=1 and =4 differed here in 4 Best-of-N RM scores (on
-    the issue's Intel machine a Ray task at 1 thread moved a trained LoRE head by 1.5 % against 2 threads)."""
-    one = _golden_values("tiny", tmp_path / "one" / "values.json", OMP_NUM_THREADS="1")
-    four = _golden_values("tiny", tmp_path / "four" / "values.json", OMP_NUM_THREADS="4")
-    assert json.dumps(one, sort_keys=True) == json.dumps(four, sort_keys=True)  # bit for bit
+    the issue's Intel machine a Ray task at 1 thread moved a trained LoRE head by 1.5 %). Before the kernels were
+    pinned (2026-11-27) ATen's DEFAULT kernels and MKL's SSE2 branch, what another CPU computes with, moved raw
+    floats here (and on CI's CPU flipped ARGS generations of the tiny study against the AVX-512 CPU that stored
+    them)."""
+    plain = _golden_values("tiny", tmp_path / "plain" / "values.json", OMP_NUM_THREADS="1")
+    hostile = {"OMP_NUM_THREADS": "4", **(HOSTILE_KERNELS if _portable() else {})}
+    other = _golden_values("tiny", tmp_path / "other" / "values.json", **hostile)
+    assert json.dumps(plain, sort_keys=True) == json.dumps(other, sort_keys=True)  # bit for bit
 
 
-def test_persalign_computes_with_its_own_thread_count_whatever_the_environment_says():
-    code = "from persalign.models.numerics import pin_numerics; import json; print(json.dumps(pin_numerics()))"
+def _pinned_record(code: str = "", **env) -> dict:
+    """pin_numerics()'s record in a fresh process with `env` added, after running `code` first."""
+    run = f"{code}\nfrom persalign.models.numerics import pin_numerics; import json; print(json.dumps(pin_numerics()))"
+    done = subprocess.run([sys.executable, "-c", run], env={**os.environ, **env}, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_persalign_computes_with_its_own_threads_and_kernels_whatever_the_environment_says():
     for threads in ("1", "3"):
-        done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "OMP_NUM_THREADS": threads},
-                              capture_output=True, text=True, timeout=120, check=True)
-        record = json.loads(done.stdout)
-        assert record["threads"] == 1, record
-    done = subprocess.run([sys.executable, "-c", code.replace("pin_numerics()", "pin_numerics(2)")],
-                          capture_output=True, text=True, timeout=120, check=True)
+        assert _pinned_record(OMP_NUM_THREADS=threads)["threads"] == 1
+    assert _pinned_record("import torch; torch.set_num_threads(3)")["threads"] == 1
+    done = subprocess.run([sys.executable, "-c", "from persalign.models.numerics import pin_numerics; "
+                           "import json; print(json.dumps(pin_numerics(2)))"], capture_output=True, text=True,
+                          timeout=120, check=True)
     assert json.loads(done.stdout)["threads"] == 2  # the config's `threads` is the one that counts
+    if not _portable():
+        pytest.skip("this CPU has no AVX2: persalign's portable kernels need it (models/numerics.py)")
+    record = _pinned_record(**HOSTILE_KERNELS)
+    assert record["kernels"] == "AVX2" and record["mkl"] not in ("OFF", "COMPATIBLE", "SSE4_2"), record
+    native = _pinned_record(PERSALIGN_KERNELS="native", **HOSTILE_KERNELS)  # the user's own choice, kept
+    assert (native["kernels"], native["mkl"]) == ("DEFAULT", "COMPATIBLE"), native
+
+
+def test_a_process_where_torch_ran_before_the_pin_says_its_numbers_are_its_own(monkeypatch):
+    from persalign.models.numerics import unpinned
+
+    if not _portable():
+        pytest.skip("this CPU has no AVX2: persalign's portable kernels need it (models/numerics.py)")
+    late = _pinned_record("import torch; torch.ones(8, 8) @ torch.ones(8, 8)", **HOSTILE_KERNELS)
+    assert (late["kernels"], late["mkl"]) == ("DEFAULT", "COMPATIBLE"), late  # too late to pin: recorded as it is
+    assert "this CPU's own" in unpinned(late) and "DEFAULT kernels" in unpinned(late)
+    assert unpinned(_pinned_record(**HOSTILE_KERNELS)) is None
+    monkeypatch.setenv("PERSALIGN_KERNELS", "avx512")
+    with pytest.raises(PersalignError, match="PERSALIGN_KERNELS='avx512'"):
+        unpinned(late)
 
 
 def test_another_matrix_product_kernel_moves_no_reported_number(tmp_path):
-    """What another CPU changes, emulated here: MKL forced onto its other (SSE2) code path rounds every matrix
-    product differently. Every reported number and generation must stay; this is the measurement behind the
-    off-machine tolerances of tests/golden.py."""
+    """What a CPU outside the pinned kernel set changes, emulated here: MKL forced onto its other (SSE2) code
+    path rounds every matrix product differently (PERSALIGN_KERNELS=native lets the environment choose). Every
+    reported number and generation must stay; this is the measurement behind the off-machine tolerances of
+    tests/golden.py."""
     expected, _ = load_golden("tiny")
-    moved = _golden_values("tiny", tmp_path / "compatible" / "values.json", MKL_CBWR="COMPATIBLE")
+    moved = _golden_values("tiny", tmp_path / "compatible" / "values.json", PERSALIGN_KERNELS="native",
+                           MKL_CBWR="COMPATIBLE")
     assert_same(expected, moved, same_machine=False)
     with pytest.raises(AssertionError):  # ... while the raw floats did move: the emulation is not a no-op
         assert_same(expected, moved, same_machine=True)

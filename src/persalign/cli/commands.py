@@ -25,6 +25,7 @@ from pathlib import Path
 from persalign.cli.parser import build_parser, split_overrides
 from persalign.core.errors import PersalignError
 from persalign.core.files import escape_controls
+from persalign.models.numerics import pin_kernels
 
 
 def _cmd_run(args) -> None:
@@ -259,6 +260,7 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    pin_kernels()  # before any torch operation: models/numerics.py
     overrides, rest = split_overrides(argv)
     parser = build_parser(HANDLERS)
     if overrides and "generate" in rest[:1]:  # generate takes no overrides: `a=b` is a prompt

@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from persalign.core.errors import ConfigError, PersalignError
+from persalign.models.numerics import KERNELS_ENV
 from persalign.runner.trained import trained_dir
 
 SCRATCH_ENV = "PERSALIGN_SCRATCH_DIR"  # where a worker keeps a task's scratch run dir (default: system temp)
@@ -174,7 +175,7 @@ def _connect(options: RayOptions, log):
         raise PersalignError("--backend ray needs Ray: pip install 'persalign[ray]'") from None
     if not ray.is_initialized():
         env = {"TQDM_DISABLE": "1"}  # progress bars of every worker would flood the driver's log
-        env.update({k: os.environ[k] for k in (SCRATCH_ENV, TASK_LOG_ENV, "PERSALIGN_CACHE")
+        env.update({k: os.environ[k] for k in (SCRATCH_ENV, TASK_LOG_ENV, "PERSALIGN_CACHE", KERNELS_ENV)
                     if k in os.environ})
         check_reachable(options.address)
         try:

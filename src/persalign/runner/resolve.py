@@ -20,6 +20,7 @@ from persalign.core.config import RunConfig
 from persalign.core.config_checks import validate
 from persalign.core.errors import ConfigError
 from persalign.models.checks import check_cache_dir, check_device, check_model_limits, policy_config
+from persalign.models.numerics import pin_kernels
 from persalign.runner.plan import PlannedCell, check_method_size, check_methods, plan
 from persalign.runner.store import check_distinct_dirs
 
@@ -39,6 +40,7 @@ class ResolvedRun:
 def resolve_run(config: RunConfig, values_checked: bool = False) -> ResolvedRun:
     """The resolved run, or the first ConfigError a user would have to fix. `values_checked`: the config comes
     from load_config, whose value checks it passed (they are not run again); one built in code has not."""
+    pin_kernels()  # before the checks below run torch's first operation (models/numerics.py)
     if not values_checked:
         validate(config)
     check_methods(config)

@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 from persalign.core.config import RunConfig
-from persalign.models.numerics import pin_numerics
+from persalign.models.numerics import pin_numerics, unpinned
 from persalign.runner import provenance
 from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: also used from here by tests)
     load_policy,
@@ -44,7 +44,9 @@ def run(config: RunConfig | ResolvedRun, out_dir: str | Path, log=print, backend
     """
     # every check, once, before the run dir (and its lock) is made
     resolved = config if isinstance(config, ResolvedRun) else resolve_run(config)
-    pin_numerics(resolved.config.threads)  # machine-independent numbers: models/numerics.py
+    late = unpinned(pin_numerics(resolved.config.threads))  # machine-independent numbers: models/numerics.py
+    if late:
+        log(late)
     with locked(out_dir, log):
         if backend is not None:
             from persalign.runner.ray_backend import run_cells_on_ray  # Ray is an optional extra
