@@ -48,6 +48,9 @@ win, MPU's win rate 55.56 → 44.44); demo-study.json 186 (96 generations, RM an
 0.1 → 0.3, ROUGE, win rates, printed lines and the verdict table's order below ICL). The files now name the
 numerics (torch, kernels, MKL's branch, threads), not the CPU model.
 
+Re-stored on 2026-11-27, after that: demo.json keeps seed 0's three cells only (the run now
+pins `seeds=[0]`; the new run's cells were checked identical, bit for bit, to the stored seed-0 cells).
+
 An earlier exception, made once: the raw per-row float32 scores (FLOAT32_COLUMNS) of
 tiny.json and study.json were re-stored when the frozen feature pass became
 padding-free (issue #19). Before, a cached feature carried the float noise of
@@ -184,7 +187,10 @@ def run_demo(out_dir: Path) -> dict:
     from persalign.core.config import load_config
     from persalign.runner.run import run
 
-    run(load_config("demo-baselines"), out_dir, log=lambda *_: None)  # the demo before issue #18's whole chain
+    # the demo before issue #18's whole chain, at its first seed: seeds 1 and 2 (stored until 2026-11-27) ran
+    # the same code with other draws and took 75 of its 245 s (fresh cache, alone); seed 0's cells are the same
+    # bit for bit either way
+    run(load_config("demo-baselines", ["seeds=[0]"]), out_dir, log=lambda *_: None)
     return view(out_dir)
 
 

@@ -32,7 +32,7 @@ def test_the_tiny_end_to_end_study_gives_the_pinned_numbers(tmp_path, cache_dir)
 
 @pytest.mark.needs_models
 def test_the_baselines_demo_gives_the_pinned_numbers(tmp_path):
-    """`persalign run demo-baselines` (SmolLM2-135M, real model, 3 seeds of the reward-free baselines)."""
+    """`persalign run demo-baselines seeds=[0]` (SmolLM2-135M, real model, the reward-free baselines)."""
     expected, same_machine = load_golden("demo")
     assert_same(expected, json.loads(json.dumps(run_demo(tmp_path / "run"))), same_machine=same_machine)
 
