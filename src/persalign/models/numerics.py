@@ -119,7 +119,7 @@ def unpinned(record: dict) -> str | None:
     if not portable_kernels_wanted() or (record["kernels"] == PORTABLE_KERNEL_SET and record["mkl"] != "OFF"):
         return None
     return (f"note: computing with {record['kernels']} kernels and MKL branch {record['mkl']}, not persalign's "
-            f"portable set: torch ran before it could be pinned (call persalign.models.numerics.pin_kernels() "
+            "portable set: torch ran before it could be pinned (call persalign.models.numerics.pin_kernels() "
             "first, or run the persalign command), so these numbers are this CPU's own")
 
 
