@@ -92,6 +92,14 @@ def test_a_process_where_torch_ran_before_the_pin_says_its_numbers_are_its_own(m
         unpinned(late)
 
 
+def test_an_unknown_kernel_choice_is_one_line_naming_the_variable(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "persalign.cli.commands", "plan", "demo"], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "PERSALIGN_KERNELS": "avx512"}, cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == ["persalign: error: PERSALIGN_KERNELS='avx512': expected 'portable' "
+                                                "(the default) or 'native'"]
+
+
 def test_another_matrix_product_kernel_moves_no_reported_number(tmp_path):
     """What a CPU outside the pinned kernel set changes, emulated here: MKL forced onto its other (SSE2) code
     path rounds every matrix product differently (PERSALIGN_KERNELS=native lets the environment choose). Every

@@ -260,7 +260,6 @@ def _quiet_broken_pipe() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    pin_kernels()  # before any torch operation: models/numerics.py
     overrides, rest = split_overrides(argv)
     parser = build_parser(HANDLERS)
     if overrides and "generate" in rest[:1]:  # generate takes no overrides: `a=b` is a prompt
@@ -276,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = overrides + args.overrides
     try:
         with _terminate_like_interrupt(), _quiet_stderr(args):
+            pin_kernels()  # before any torch operation (models/numerics.py)
             code = args.handler(args) or 0
     except BrokenPipeError:
         return _quiet_broken_pipe()
