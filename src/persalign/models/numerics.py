@@ -16,11 +16,12 @@ flipped 4 of the tiny study's ARGS generations and 96 of the demo's against the 
 So every process computes with `threads` torch threads (config key, default 1), whatever the machine has or
 OMP_NUM_THREADS says, and uses more cores by running cells side by side (`--backend ray`); and, on every
 x86-64 CPU with AVX2, with one kernel set whatever the CPU's widest: ATen's AVX2 kernels, MKL capped at AVX2
-in its conditional-numerical-reproducibility mode (fixed cache sizes and reductions; MKL reports the AVX2
-branch on Intel CPUs, AUTO on AMD's). On an AVX2 CPU the pin costs little (a SmolLM2-shaped forward 6.59 s
-pinned vs 6.40 s native at 1 thread, `benchmarks/bench_numerics.py`); pinning the scalar DEFAULT kernels
-and MKL's SSE2 branch instead would also cover CPUs without AVX2, at 3.3x the forward's time (20.9 s), so
-there the numbers are that CPU's own and the record says so. Both settings are read once per process, at
+in its conditional-numerical-reproducibility mode (fixed cache sizes and reductions; the AVX2 branch on
+Intel CPUs as documented; on AMD's MKL reports AUTO, its own path, measured). On an AVX2 CPU the pin
+costs little (a SmolLM2-shaped forward 6.59 s pinned vs 6.40 s native at 1 thread,
+`benchmarks/bench_numerics.py`); pinning the scalar DEFAULT kernels and MKL's SSE2 branch instead would also
+cover CPUs without AVX2, at 3.3x the forward's time (20.9 s), so there the numbers are that CPU's own and the
+record says so. Both settings are read once per process, at
 its first torch operation: `pin_kernels` must come before it (persalign's CLI, `run` and Ray tasks call it
 first); `PERSALIGN_KERNELS=native` keeps the CPU's own kernels (faster on AVX-512, numbers its own).
 
