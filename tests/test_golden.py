@@ -5,8 +5,7 @@ and re-stored since (tests/golden.py says when, why and what moved); each file n
 the numerics it was stored with (torch, kernels, MKL's branch, threads): wherever they are
 the same — any CPU that runs persalign's pinned kernels — raw float32 internals are compared
 too, elsewhere every reported number and generation (trained heads and ARGS near-ties
-amplify the last digits of other matrix-product kernels). Skipped only on a CPU that
-cannot run the pinned kernels (no AVX2), with that reason.
+amplify the last digits of other matrix-product kernels). Never skipped for the CPU.
 """
 
 import json

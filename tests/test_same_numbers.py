@@ -15,6 +15,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from persalign.core.errors import ModelLoadError, PersalignError
+from persalign.models.numerics import portable_kernels_wanted
 from tests.golden import HOSTILE_FOLDER, assert_same, load_golden
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,12 +36,6 @@ def _golden_values(which: str, out: Path, **env) -> dict:
 HOSTILE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
 
 
-def _portable() -> bool:
-    from persalign.models.numerics import portable_kernels_wanted
-
-    return portable_kernels_wanted()
-
-
 def test_the_environments_thread_count_and_kernels_change_no_number_not_even_a_raw_float(tmp_path):
     """Before #51 (41e66f0) the tiny run at OMP_NUM_THREADS=1 and =4 differed here in 4 Best-of-N RM scores (on
     the issue's Intel machine a Ray task at 1 thread moved a trained LoRE head by 1.5 %). Before the kernels were
@@ -48,7 +43,7 @@ def test_the_environments_thread_count_and_kernels_change_no_number_not_even_a_r
     floats here (and on CI's CPU flipped ARGS generations of the tiny study against the AVX-512 CPU that stored
     them)."""
     plain = _golden_values("tiny", tmp_path / "plain" / "values.json", OMP_NUM_THREADS="1")
-    hostile = {"OMP_NUM_THREADS": "4", **(HOSTILE_KERNELS if _portable() else {})}
+    hostile = {"OMP_NUM_THREADS": "4", **(HOSTILE_KERNELS if portable_kernels_wanted() else {})}
     other = _golden_values("tiny", tmp_path / "other" / "values.json", **hostile)
     assert json.dumps(plain, sort_keys=True) == json.dumps(other, sort_keys=True)  # bit for bit
 
@@ -70,7 +65,7 @@ def test_persalign_computes_with_its_own_threads_and_kernels_whatever_the_enviro
                            "import json; print(json.dumps(pin_numerics(2)))"], capture_output=True, text=True,
                           timeout=120, check=True)
     assert json.loads(done.stdout)["threads"] == 2  # the config's `threads` is the one that counts
-    if not _portable():
+    if not portable_kernels_wanted():
         pytest.skip("this CPU has no AVX2: persalign's portable kernels need it (models/numerics.py)")
     record = _pinned_record(**HOSTILE_KERNELS)
     assert record["kernels"] == "AVX2" and record["mkl"] not in ("OFF", "COMPATIBLE", "SSE4_2"), record
@@ -81,7 +76,7 @@ def test_persalign_computes_with_its_own_threads_and_kernels_whatever_the_enviro
 def test_a_process_where_torch_ran_before_the_pin_says_its_numbers_are_its_own(monkeypatch):
     from persalign.models.numerics import unpinned
 
-    if not _portable():
+    if not portable_kernels_wanted():
         pytest.skip("this CPU has no AVX2: persalign's portable kernels need it (models/numerics.py)")
     late = _pinned_record("import torch; torch.ones(8, 8) @ torch.ones(8, 8)", **HOSTILE_KERNELS)
     assert (late["kernels"], late["mkl"]) == ("DEFAULT", "COMPATIBLE"), late  # too late to pin: recorded as it is
