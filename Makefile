@@ -21,6 +21,7 @@ $(STAMP): pyproject.toml constraints.txt examples/plugin/pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/persalign study demo -o runs/demo
+	$(BIN)/python -m tests.golden compare demo-study runs/demo/demo  # README's numbers, reproduced here or not
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n auto --dist loadgroup  # one worker per core; Ray's tests share one worker

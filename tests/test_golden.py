@@ -1,4 +1,4 @@
-"""Pinned numbers: every deployment kind, the tiny study and the demos give the values stored in tests/golden/.
+"""Pinned numbers: every deployment kind, the tiny study and the whole chain give the values stored in tests/golden/.
 
 The values were first stored at db18ad0, before the runner was rebuilt (issue #16),
 and re-stored since (tests/golden.py says when, why and what moved); each file names
@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from persalign.models.loading import resolve_model_path
-from tests.golden import assert_same, hostile_checkout, load_golden, run_demo, run_tiny, run_tiny_study
+from persalign.cli.study import run_study
+from tests.golden import (SMALL_CHAIN, TINY_STUDY, assert_same, compare, hostile_checkout, load_golden, run_tiny,
+                          run_tiny_study, study_view)
 
 
 def test_every_deployment_gives_the_pinned_numbers(tmp_path, cache_dir):
@@ -30,25 +32,33 @@ def test_the_tiny_end_to_end_study_gives_the_pinned_numbers(tmp_path, cache_dir)
 
 
 @pytest.mark.needs_models
-def test_the_baselines_demo_gives_the_pinned_numbers(tmp_path):
-    """`persalign run demo-baselines seeds=[0]` (SmolLM2-135M, real model, the reward-free baselines)."""
-    expected, same_machine = load_golden("demo")
-    assert_same(expected, json.loads(json.dumps(run_demo(tmp_path / "run"))), same_machine=same_machine)
-
-
-@pytest.mark.needs_models
-def test_the_whole_chain_demo_gives_the_pinned_numbers_from_any_folder_and_thread_count(tmp_path):
-    """`make demo` (`persalign study demo`): every cell, the printed verdict and findings, the verdict table —
-    the README's numbers — run from a checkout, cache and run folder under a path with a space, a non-ASCII
-    letter and "t5" in it (issue #51), and with OMP_NUM_THREADS=4 (persalign computes with its own count)."""
-    expected, same_machine = load_golden("demo-study")
+def test_the_whole_chain_gives_the_pinned_numbers_from_any_folder_and_thread_count(tmp_path):
+    """`persalign study demo` at the small size of tests/golden.py's SMALL_CHAIN (SmolLM2, BERTScore, both reward
+    methods' λ choice, ARGS, Best-of-N, the analyses and the verdict table), run by the command from a checkout,
+    cache and run folder under a path with a space, a non-ASCII letter and "t5" in it (issue #51), with
+    OMP_NUM_THREADS=4 (persalign computes with its own count), and compared as `make demo` compares its run."""
     base, env = hostile_checkout(tmp_path)
     converted = Path(resolve_model_path("smollm2-135m-instruct"))  # converted once per cache: reuse it (linked)
     (base / "cache" / "models").mkdir(parents=True)
     (base / "cache" / "models" / converted.name).symlink_to(converted)
-    out = base / "values.json"
-    done = subprocess.run([sys.executable, "-m", "tests.golden", "demo-study", str(out)], cwd=base,
-                          env={**env, "OMP_NUM_THREADS": "4"}, capture_output=True, text=True, timeout=900)
+    env = {**env, "OMP_NUM_THREADS": "4"}
+    done = subprocess.run([sys.executable, "-m", "persalign.cli.commands", "study", "demo", *SMALL_CHAIN, "--quiet",
+                           "-o", str(base / "runs")], cwd=base, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "LOAD REPORT" not in done.stdout + done.stderr  # no library load report on the terminal
-    assert_same(expected, json.loads(out.read_text()), same_machine=same_machine)
+    expected, same_machine = load_golden("chain")
+    assert_same(expected, json.loads(json.dumps(study_view(base / "runs" / "demo"))), same_machine=same_machine)
+    compared = subprocess.run([sys.executable, "-m", "tests.golden", "compare", "chain", str(base / "runs" / "demo")],
+                              cwd=base, env=env, capture_output=True, text=True, timeout=300)
+    assert compared.returncode == 0 and "reproduced here" in compared.stdout, compared.stdout + compared.stderr
+
+
+def test_a_run_that_differs_from_the_stored_numbers_is_named_with_its_first_difference(tmp_path, cache_dir):
+    """`make demo` compares its run with README's numbers (`python -m tests.golden compare`); on the tiny study:
+    the same run reads as reproduced, one generation changed reads as not, naming the cell and row."""
+    (run_dir,) = run_study(["demo-baselines"], TINY_STUDY, str(tmp_path / "study"), quick=True, log=lambda *_: None)
+    assert compare("study", str(run_dir)) == 0
+    rows = next(run_dir.glob("cells/*/Zero-Shot/seed-0/rows.jsonl"))
+    first, *rest = rows.read_text().splitlines()
+    rows.write_text("\n".join([json.dumps({**json.loads(first), "generation": "not what it wrote"}), *rest]) + "\n")
+    assert compare("study", str(run_dir)) == 1
