@@ -43,6 +43,8 @@ Coverage by simulation: tests/test_true_correlation.py, docs/design-notes.md.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 MIN_NOISE_USERS = 8  # users below which the noise covariance is not estimated (the means' intervals need as many)
@@ -102,31 +104,39 @@ def users_for(parts: dict, users: int, target: float = 0.5) -> tuple[int, bool] 
     return int(np.ceil(max(needed + [users]))), bound
 
 
+@functools.lru_cache(maxsize=64)
 def contrasts(k: int) -> np.ndarray:
-    """(k, k − 1) orthonormal contrasts: Qᵀ of a vector of k method means is its spread, the grand mean removed."""
-    return np.linalg.eigh(np.eye(k) - 1.0 / k)[1][:, 1:]
+    """(k, k − 1) orthonormal contrasts: Qᵀ of a vector of k method means is its spread, the grand mean removed.
+    Cached per k (read-only): a coverage simulation asks for it once per user and study."""
+    q = np.linalg.eigh(np.eye(k) - 1.0 / k)[1][:, 1:]
+    q.flags.writeable = False
+    return q
 
 
-def true_variance(contrast: np.ndarray, noise: np.ndarray) -> float:
+def true_variance(contrast: np.ndarray, noise: np.ndarray) -> np.ndarray:
     """The true variance τ² across methods that maximises the normal likelihood of the method means' contrasts
     (true τ²·I plus noise of covariance `noise`, on a log grid): the directions the noise leaves clean count fully,
-    where the plain spread S − N counts every direction alike."""
+    where the plain spread S − N counts every direction alike. Stacked: (..., k − 1) contrasts, (..., k − 1, k − 1)
+    noise, one τ² each."""
     values, vectors = np.linalg.eigh(noise)
-    values, squares = np.clip(values, 0, None), (vectors.T @ contrast) ** 2
-    scale = max(float(contrast @ contrast) / len(contrast), 1e-300)
-    grid = scale * np.exp(np.linspace(-12, 2, 561))[:, None]
-    likelihood = -(np.log(grid + values) + squares / (grid + values)).sum(1)
-    return float(grid[np.argmax(likelihood), 0])
+    values = np.clip(values, 0, None)
+    squares = np.einsum("...ji,...j->...i", vectors, contrast) ** 2
+    scale = np.maximum((contrast * contrast).sum(-1) / contrast.shape[-1], 1e-300)
+    grid = scale[..., None] * np.exp(np.linspace(-12, 2, 561))  # (..., 561)
+    total = grid[..., None] + values[..., None, :]
+    likelihood = -(np.log(total) + squares[..., None, :] / total).sum(-1)
+    return np.take_along_axis(grid, likelihood.argmax(-1)[..., None], -1)[..., 0]
 
 
 def whitening(means: np.ndarray, user_covariance: np.ndarray, users: int) -> np.ndarray:
     """(k − 1, k) map of a metric's k method means to contrasts whitened by their fitted covariance τ²·I + noise
     (noise: the per-user covariance / users): each direction counts by how much of it is real, so the direction
     in which methods that err together share their noise counts little."""
-    q = contrasts(len(means))
+    q = contrasts(means.shape[-1])
     noise = q.T @ user_covariance @ q / users
-    values, vectors = np.linalg.eigh(true_variance(q.T @ means, noise) * np.eye(len(noise)) + noise)
-    return (vectors / np.sqrt(values)) @ vectors.T @ q.T
+    tau2 = true_variance(means @ q, noise)
+    values, vectors = np.linalg.eigh(np.asarray(tau2)[..., None, None] * np.eye(q.shape[1]) + noise)
+    return (vectors / np.sqrt(values)[..., None, :]) @ np.swapaxes(vectors, -1, -2) @ q.T
 
 
 def noise_pool(parts: dict) -> np.ndarray:
@@ -136,13 +146,14 @@ def noise_pool(parts: dict) -> np.ndarray:
     (at 20 methods in pairs 0.53 of the true noise, measured; design-notes.md "Whitening")."""
     means, rows = parts["means"], parts["centred"].T
     n, k = len(rows), len(means) // 2
-    pool = np.empty((n, 2 * (k - 1)))
-    for user in range(n):
-        others = np.delete(rows, user, 0)
-        residual, others = rows[user] - others.mean(0), others - others.mean(0)
-        for metric, whitened in ((slice(0, k), slice(0, k - 1)), (slice(k, 2 * k), slice(k - 1, 2 * k - 2))):
-            covariance = others[:, metric].T @ others[:, metric] / (n - 2)
-            pool[user, whitened] = whitening(means[metric], covariance, n) @ residual[metric]
+    others = np.stack([np.delete(rows, user, 0) for user in range(n)])  # (n, n − 1, 2k): every user left out
+    residual, others = rows - others.mean(1), others - others.mean(1, keepdims=True)
+    pool = []
+    for metric in (slice(0, k), slice(k, 2 * k)):
+        covariance = np.swapaxes(others[..., metric], 1, 2) @ others[..., metric] / (n - 2)  # (n, k, k)
+        maps = whitening(np.broadcast_to(means[metric], (n, k)), covariance, n)  # (n, k − 1, k)
+        pool.append(np.einsum("uij,uj->ui", maps, residual[:, metric]))
+    pool = np.concatenate(pool, axis=1)
     return pool - pool.mean(0)
 
 
