@@ -11,6 +11,8 @@ import pytest
 from persalign import cli
 from tests.test_runner import TINY
 
+pytestmark = pytest.mark.xdist_group("first_hour")  # one worker: the module's run is made once, not once per worker
+
 PERSALIGN = [sys.executable, "-m", "persalign.cli.commands"]
 SMALL = [a for a in TINY if not a.startswith("seeds")] + ["seeds=[0]", "methods=[{name: pal, prototypes: 3}]",
                                                           "reward.epochs=2", "args.selection=fixed"]

@@ -20,6 +20,8 @@ from persalign.core.records import Comparison
 from tests.bad_input_helpers import cli_error
 from tests.test_runner import TINY
 
+pytestmark = pytest.mark.xdist_group("generate")  # one worker: the module's run is made once, not once per worker
+
 KINDS = [a for a in TINY if not a.startswith("seeds")] + [
     "seeds=[0]", "decoders=[{name: zero_shot}, {name: icl, shots: 2}, {name: icl_rag, shots: 2}]",
     "methods=[{name: global_rm}, {name: lore}, {name: pdpo, max_steps: 2, adapt_epochs: 1}]", "reward.epochs=3",

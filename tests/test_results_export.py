@@ -10,6 +10,8 @@ from persalign import cli
 from persalign.report.results import SCHEMA, SCHEMA_VERSION
 from tests.test_runner import TINY
 
+pytestmark = pytest.mark.xdist_group("results_export")  # one worker: the module's run is made once, not once per worker
+
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):

@@ -23,6 +23,8 @@ from persalign.core.records import Comparison
 from tests.bad_input_helpers import cli_error
 from tests.test_generate import finished  # noqa: F401  (the module's finished tiny run)
 
+pytestmark = pytest.mark.xdist_group("serve")  # one worker: the module's run is made once, not once per worker
+
 SERVED = "LoRE"  # ARGS with a personalized reward model: the deployment with the most state per user
 
 
