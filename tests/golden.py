@@ -278,7 +278,8 @@ VIEWS = {"tiny": view, "study": view, "chain": study_view, "demo-study": study_v
 
 def compare(which: str, run_dir: str) -> int:
     """Compare a finished run (`make demo`'s: `compare demo-study runs/demo/demo`) with `which`'s stored values:
-    one line saying whether they were reproduced here, or the first difference; exit status 0 or 1."""
+    one line saying whether they were reproduced here, or the first difference; exit status 0 (reproduced), 1 (a
+    difference) or 2 (no finished study run there)."""
     expected, same_machine = load_golden(which)
     if not (Path(run_dir) / "report.md").exists() and VIEWS[which] is study_view:
         print(f"{run_dir}: not a finished study run (no report.md): nothing to compare")

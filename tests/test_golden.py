@@ -53,7 +53,7 @@ def test_the_whole_chain_gives_the_pinned_numbers_from_any_folder_and_thread_cou
     assert compared.returncode == 0 and "reproduced here" in compared.stdout, compared.stdout + compared.stderr
 
 
-def test_a_run_that_differs_from_the_stored_numbers_is_named_with_its_first_difference(tmp_path, cache_dir):
+def test_a_run_that_differs_from_the_stored_numbers_is_named_with_its_first_difference(tmp_path, cache_dir, capsys):
     """`make demo` compares its run with README's numbers (`python -m tests.golden compare`); on the tiny study:
     the same run reads as reproduced, one generation changed reads as not, naming the cell and row."""
     (run_dir,) = run_study(["demo-baselines"], TINY_STUDY, str(tmp_path / "study"), quick=True, log=lambda *_: None)
@@ -61,4 +61,8 @@ def test_a_run_that_differs_from_the_stored_numbers_is_named_with_its_first_diff
     rows = next(run_dir.glob("cells/*/Zero-Shot/seed-0/rows.jsonl"))
     first, *rest = rows.read_text().splitlines()
     rows.write_text("\n".join([json.dumps({**json.loads(first), "generation": "not what it wrote"}), *rest]) + "\n")
+    capsys.readouterr()
     assert compare("study", str(run_dir)) == 1
+    said = capsys.readouterr().out
+    assert "NOT the numbers stored in tests/golden/study.json" in said and "Zero-Shot" in said, said
+    assert "/generation" in said and "not what it wrote" in said, said
