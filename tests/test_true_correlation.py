@@ -271,3 +271,22 @@ def test_a_correlation_table_simulates_the_true_means_once_for_its_three_statist
         assert table[statistic]["true"]["low"] == pytest.approx(
             float(population_scale(statistic, table["pearson"]["true"]["low"])))
     assert table["kendall"]["true"] == true_correlation(x, y, "kendall")
+
+
+def test_the_noise_pool_fitted_in_blocks_of_users_is_the_one_user_at_a_time_pool():
+    """noise_pool fits its leave-one-out maps for LEFT_OUT_BLOCK users at once (memory n · block, not n²): across a
+    block's edge each user's row is what fitting that user alone gives."""
+    from persalign.analysis.true_correlation import LEFT_OUT_BLOCK, noise_parts, noise_pool, whitening
+
+    users = LEFT_OUT_BLOCK + 6
+    x, y = simulated_rows(np.random.default_rng(3), 6, 0.5, 0.5, users=users)
+    parts = noise_parts(x, y)
+    means, rows, k = parts["means"], parts["centred"].T, 6
+    alone = np.empty((users, 2 * (k - 1)))
+    for user in range(users):
+        others = np.delete(rows, user, 0)
+        residual, others = rows[user] - others.mean(0), others - others.mean(0)
+        for metric, whitened in ((slice(0, k), slice(0, k - 1)), (slice(k, 2 * k), slice(k - 1, 2 * k - 2))):
+            covariance = others[:, metric].T @ others[:, metric] / (users - 2)
+            alone[user, whitened] = whitening(means[metric], covariance, users) @ residual[metric]
+    np.testing.assert_allclose(noise_pool(parts), alone - alone.mean(0), rtol=1e-10, atol=1e-12)

@@ -58,6 +58,7 @@ GRID = np.tanh(np.linspace(-3.5, 3.5, 71))  # candidate ρ, even in Fisher-z
 DRAWS = 999  # simulated studies per candidate ρ. With 199 (the coverage grid's, for its time) an end of the news
 # study's intervals moved by sd 0.09-0.10 between seeds, with 999 by 0.03-0.05; coverage at 999 on 10 grid cells
 # within ±1.3 points of 199's on the same studies (docs/design-notes.md "Whitening")
+LEFT_OUT_BLOCK = 64  # users whose leave-one-out whitening maps are fitted as one stacked eigh
 PROCEDURE = "test inversion on whitened means, true means normal at the observed spread, noise by resampling users"
 
 
@@ -146,14 +147,15 @@ def noise_pool(parts: dict) -> np.ndarray:
     (at 20 methods in pairs 0.53 of the true noise, measured; design-notes.md "Whitening")."""
     means, rows = parts["means"], parts["centred"].T
     n, k = len(rows), len(means) // 2
-    others = np.stack([np.delete(rows, user, 0) for user in range(n)])  # (n, n − 1, 2k): every user left out
-    residual, others = rows - others.mean(1), others - others.mean(1, keepdims=True)
-    pool = []
-    for metric in (slice(0, k), slice(k, 2 * k)):
-        covariance = np.swapaxes(others[..., metric], 1, 2) @ others[..., metric] / (n - 2)  # (n, k, k)
-        maps = whitening(np.broadcast_to(means[metric], (n, k)), covariance, n)  # (n, k − 1, k)
-        pool.append(np.einsum("uij,uj->ui", maps, residual[:, metric]))
-    pool = np.concatenate(pool, axis=1)
+    pool = np.empty((n, 2 * (k - 1)))
+    for start in range(0, n, LEFT_OUT_BLOCK):  # users in blocks: memory grows with n · block, not n²
+        block = range(start, min(n, start + LEFT_OUT_BLOCK))
+        others = np.stack([np.delete(rows, user, 0) for user in block])  # (block, n − 1, 2k): each user left out
+        residual, others = rows[block.start:block.stop] - others.mean(1), others - others.mean(1, keepdims=True)
+        for metric, whitened in ((slice(0, k), slice(0, k - 1)), (slice(k, 2 * k), slice(k - 1, 2 * k - 2))):
+            covariance = np.swapaxes(others[..., metric], 1, 2) @ others[..., metric] / (n - 2)  # (block, k, k)
+            maps = whitening(np.broadcast_to(means[metric], (len(block), k)), covariance, n)  # (block, k − 1, k)
+            pool[block.start:block.stop, whitened] = np.einsum("uij,uj->ui", maps, residual[:, metric])
     return pool - pool.mean(0)
 
 
