@@ -3,7 +3,8 @@ reliability 0.3 / 0.5 / 0.9, true ρ 0 / 0.5 / 0.9, Pearson / Spearman / Kendall
 interval of the observed means (the only one printed before) on the same studies.
 
 Each row: the share of printed intervals covering the true value (the statistic's population value for the
-true means' ρ), and the share of studies where one was printed (the rest: "too noisy to tell"). One interval of
+true means' ρ), the share of studies where one was printed (the rest: "too noisy to tell"), and the CPU
+milliseconds the true-means interval took per study. One interval of
 ρ serves the three statistics (analysis/true_correlation.py), so the default `--statistics pearson` measures
 them all; the others draw other studies (each cell's seed comes from its name). Each interval here draws the tests'
 COVERAGE_DRAWS (199) studies per candidate ρ; reports draw DRAWS (999): docs/design-notes.md "Whitening".
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 import zlib
 from pathlib import Path
 from unittest import mock
@@ -67,11 +69,14 @@ def row(cell_: tuple[str, int, float, float], repetitions: int, seed: int | None
     statistic, methods, reliability, rho = cell_
     if seed is None:  # both procedures: the same studies
         seed = zlib.crc32(repr((statistic, methods, reliability, rho)).encode())
+    started = time.process_time()
     covered, printed = coverage(statistic, methods, rho, reliability, repetitions, seed, design=design)
+    per_study = (time.process_time() - started) / repetitions  # CPU seconds of the true-means interval
     old_covered, old_printed = coverage(statistic, methods, rho, reliability, repetitions, seed,
                                         interval=observed_means_interval, design=design)
     old_text = f"{old_covered:.3f}" if old_printed else "none printed"
-    return (f"| {statistic} | {methods} | {reliability:g} | {rho:g} | {covered:.3f} | {printed:.2f} | {old_text} |")
+    return (f"| {statistic} | {methods} | {reliability:g} | {rho:g} | {covered:.3f} | {printed:.2f} | {old_text} "
+            f"| {per_study * 1000:.1f} |")
 
 
 def main() -> None:
@@ -97,8 +102,8 @@ def main() -> None:
                              f"{true_correlation.MIN_RELIABILITY}; --min-reliability=-inf prints every study's)")
     args = parser.parse_args()
     print("| statistic | methods | reliability | true ρ | true-means coverage | printed "
-          "| observed-means (Fisher z) coverage |")
-    print("|---|---|---|---|---|---|---|")
+          "| observed-means (Fisher z) coverage | true-means CPU ms / study |")
+    print("|---|---|---|---|---|---|---|---|")
     grid = [(statistic, methods, reliability, rho) for statistic in args.statistics for methods in (6, 10, 20)
             for reliability in (0.3, 0.5, 0.9) for rho in (0.0, 0.5, 0.9)]
     with mock.patch.object(true_correlation, "MIN_RELIABILITY", args.min_reliability):  # a variant, measured

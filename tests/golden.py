@@ -183,11 +183,16 @@ def run_tiny(out_dir: Path, *overrides: str) -> dict:
     return view(out_dir)
 
 
-def run_tiny_study(out_dir: Path) -> dict:
+def tiny_study_run(out_dir: Path) -> Path:
+    """The tiny end-to-end study's run directory (`persalign study demo --quick` on the tiny model)."""
     from persalign.cli.study import run_study
 
     (run_dir,) = run_study(["demo-baselines"], TINY_STUDY, str(out_dir), quick=True, log=lambda *_: None)
-    return view(run_dir)
+    return run_dir
+
+
+def run_tiny_study(out_dir: Path) -> dict:
+    return view(tiny_study_run(out_dir))
 
 
 def stable_verdict_table(report_md: str) -> list[str]:

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from persalign.models.loading import resolve_model_path
-from persalign.cli.study import run_study
-from tests.golden import (SMALL_CHAIN, TINY_STUDY, assert_same, compare, hostile_checkout, load_golden, run_tiny,
-                          run_tiny_study, study_view)
+from tests.golden import (SMALL_CHAIN, assert_same, compare, hostile_checkout, load_golden, run_tiny, run_tiny_study,
+                          study_view, tiny_study_run)
 
 
 def test_every_deployment_gives_the_pinned_numbers(tmp_path, cache_dir):
@@ -56,7 +55,7 @@ def test_the_whole_chain_gives_the_pinned_numbers_from_any_folder_and_thread_cou
 def test_a_run_that_differs_from_the_stored_numbers_is_named_with_its_first_difference(tmp_path, cache_dir, capsys):
     """`make demo` compares its run with README's numbers (`python -m tests.golden compare`); on the tiny study:
     the same run reads as reproduced, one generation changed reads as not, naming the cell and row."""
-    (run_dir,) = run_study(["demo-baselines"], TINY_STUDY, str(tmp_path / "study"), quick=True, log=lambda *_: None)
+    run_dir = tiny_study_run(tmp_path / "study")
     assert compare("study", str(run_dir)) == 0
     rows = next(run_dir.glob("cells/*/Zero-Shot/seed-0/rows.jsonl"))
     first, *rest = rows.read_text().splitlines()

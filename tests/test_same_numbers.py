@@ -49,9 +49,10 @@ def test_the_environments_thread_count_and_kernels_change_no_number_not_even_a_r
     assert json.dumps(plain, sort_keys=True) == json.dumps(other, sort_keys=True)  # bit for bit
 
 
-def _pinned_record(code: str = "", **env) -> dict:
-    """pin_numerics()'s record in a fresh process with `env` added, after running `code` first."""
-    run = f"{code}\nfrom persalign.models.numerics import pin_numerics; import json; print(json.dumps(pin_numerics()))"
+def _pinned_record(code: str = "", threads: int | None = None, **env) -> dict:
+    """pin_numerics(threads)'s record in a fresh process with `env` added, after running `code` first."""
+    run = (f"{code}\nfrom persalign.models.numerics import pin_numerics; import json; "
+           f"print(json.dumps(pin_numerics({threads})))")
     done = subprocess.run([sys.executable, "-c", run], env={**os.environ, **env}, capture_output=True, text=True,
                           timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -62,10 +63,7 @@ def test_persalign_computes_with_its_own_threads_and_kernels_whatever_the_enviro
     for threads in ("1", "3"):
         assert _pinned_record(OMP_NUM_THREADS=threads)["threads"] == 1
     assert _pinned_record("import torch; torch.set_num_threads(3)")["threads"] == 1
-    done = subprocess.run([sys.executable, "-c", "from persalign.models.numerics import pin_numerics; "
-                           "import json; print(json.dumps(pin_numerics(2)))"], capture_output=True, text=True,
-                          timeout=120, check=True)
-    assert json.loads(done.stdout)["threads"] == 2  # the config's `threads` is the one that counts
+    assert _pinned_record(threads=2)["threads"] == 2  # the config's `threads` is the one that counts
     if not portable_kernels_wanted():
         pytest.skip("this CPU has no AVX2: persalign's portable kernels need it (models/numerics.py)")
     record = _pinned_record(**HOSTILE_KERNELS)
