@@ -213,7 +213,8 @@ def test_a_full_disk_names_the_file_it_was_writing(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "write_bytes", full)
     with pytest.raises(OSError) as caught:
         write_atomic(tmp_path / "results.json", "{}")
-    assert os_problem(caught.value).startswith(f"{tmp_path / 'results.json.tmp'}: No space left on device; nothing")
+    assert os_problem(caught.value).startswith(f"{tmp_path / 'results.json'}: No space left on device; nothing")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left beside it
 
 
 def test_running_out_of_memory_is_one_line(monkeypatch, capsys):

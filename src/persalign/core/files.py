@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import secrets
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -148,25 +150,43 @@ def writable_target(path) -> Path:
     return path
 
 
+def temporary_beside(path) -> Path:
+    """A temporary name next to `path`, this writer's own (process id and a random part): two processes
+    writing the same file — Ray tasks sharing a cache — each rename their own file, never the other's
+    (with one shared NAME.tmp the second rename found it gone: CI, stop 67)."""
+    path = Path(path)
+    return path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+
 def write_atomic(path, content: str | bytes) -> None:
     """Write through a temporary file and a rename: a kill leaves the old file or the new, never half."""
     path = writable_target(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with naming(tmp):
-        tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
-    tmp.replace(path)
+    tmp = temporary_beside(path)
+    try:
+        with naming(path):  # the file being written, not this writer's temporary name
+            tmp.write_bytes(content.encode("utf-8") if isinstance(content, str) else content)
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)  # a failed write leaves no stray file (every writer's name is new)
 
 
-def set_aside(path, problem: str, what: str = "recomputed", damaged: bool = True) -> Path:
+def set_aside(path, problem: str, what: str = "recomputed", damaged: bool = True) -> None:
     """Move a damaged cache file or folder out of the way (kept for inspection) and say so in one line;
-    `damaged=False`: an intact file that goes with a damaged one (the line says which)."""
+    `damaged=False`: an intact file that goes with a damaged one (the line says which). Two processes that
+    read the same damaged cache both come here: the second finds it moved, and goes on to recompute."""
     path = Path(path)
     target = path.with_name(path.name + ".damaged")
     number = 1
     while target.exists():
         number += 1
         target = path.with_name(f"{path.name}.damaged-{number}")
-    path.replace(target)
-    warn(f"{path}: {'damaged (' + problem + ')' if damaged else problem}; moved to {target.name} and {what}")
-    return target
+    state = f"damaged ({problem})" if damaged else problem
+    try:
+        path.replace(target)
+    except FileNotFoundError:
+        if path.exists() or path.is_symlink():
+            raise
+        warn(f"{path}: {state}; another process moved it aside first, and {what}")
+        return
+    warn(f"{path}: {state}; moved to {target.name} and {what}")

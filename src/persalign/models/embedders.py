@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from persalign.core.errors import ModelLoadError
-from persalign.core.files import set_aside, short
+from persalign.core.files import set_aside, short, temporary_beside
 from persalign.core.registry import EMBEDDERS, MODELS, register_embedder
 from persalign.models.aliases import default_cache_dir
 from persalign.models.numerics import kernel_tag
@@ -119,10 +119,13 @@ class CachedEmbedder:
         if self.path is None:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp.npz")
-        keys = list(self._memory)
-        np.savez(tmp, hashes=np.array(keys), vectors=np.stack([self._memory[k] for k in keys]))
-        tmp.replace(self.path)
+        tmp, keys = temporary_beside(self.path), list(self._memory)
+        try:
+            with open(tmp, "wb") as handle:  # a handle: np.savez would add .npz to the name
+                np.savez(handle, hashes=np.array(keys), vectors=np.stack([self._memory[k] for k in keys]))
+            tmp.replace(self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 @register_embedder("hashing-bow")
