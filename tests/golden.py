@@ -58,6 +58,15 @@ stored with the code of 83e16cd; demo.json (the baselines demo, `persalign run d
 retired with its test — the small chain runs the same three baselines with BERTScore on SmolLM2 — and
 demo-study.json (README's numbers) is compared by `make demo` after every run of it, not by the suite.
 
+Re-stored on 2026-11-28: chain.json and demo-study.json, whose MiniLM embeddings (hard negatives, ICL-RAG
+retrieval) are now a function of each text alone (models/embedders.py: batches of a fixed shape, not padded
+batches of 64). Before, a text's vector moved in its last bits with its batch, and the demo's mined negatives
+with them: 24 of 768 differed between a cold embedding cache and one warmed by another call pattern, so these
+numbers held only for one history of the cache. Moved: chain.json 187 values (both reward methods now choose
+λ = 1, PAL's was 0.1 and Global RM's 0), demo-study.json 976 (RM and policy accuracies, 100 generations,
+ICL-RAG's policy accuracy 100 → 96.88, LoRE's and PAL's Δ vs greedy now below 0 with Holm p 0.035; every λ
+as before). tiny.json and study.json use the hashing embedder and did not move.
+
 An earlier exception, made once: the raw per-row float32 scores (FLOAT32_COLUMNS) of
 tiny.json and study.json were re-stored when the frozen feature pass became
 padding-free (issue #19). Before, a cached feature carried the float noise of

@@ -2,11 +2,12 @@
 
 import importlib.util
 
+import numpy as np
 import pytest
 
 from persalign.core.errors import ModelLoadError
 from persalign.models.device import resolve_device, resolve_dtype
-from persalign.models.embedders import load_embedder
+from persalign.models.embedders import TransformerEmbedder, load_embedder
 from persalign.models.loading import load_causal_lm
 
 
@@ -50,3 +51,19 @@ def test_minilm_embedder_is_normalised_and_cached(tmp_path):
     assert abs(float((vectors[0] ** 2).sum()) - 1) < 1e-4
     assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2]
     assert list((tmp_path / "embeddings").glob("minilm-l6-*-t1.npz"))  # keyed by kernels and threads
+
+
+@pytest.mark.needs_models
+def test_a_texts_minilm_vector_is_the_same_bits_whatever_it_is_encoded_with():
+    """The disk cache keeps whichever call embedded a text first, so its vector must not depend on the call's
+    other texts. Before (padded batches of 64): "another" alone and beside other texts differed by ~1e-7."""
+    embedder = TransformerEmbedder("minilm-l6")
+    texts = ["another", "one more", "short one", "medium length sentence here", "a kitten on a rug",
+             "a much longer text about the weather in the mountains and the sea, with many words in it"] * 3
+    together = embedder.encode(texts)
+    alone = np.concatenate([embedder.encode([text]) for text in texts])
+    order = np.random.default_rng(0).permutation(len(texts))
+    shuffled = np.empty_like(together)
+    shuffled[order] = embedder.encode([texts[i] for i in order])
+    assert np.array_equal(together, alone) and np.array_equal(together, shuffled)
+    assert np.array_equal(embedder.encode(texts[4:11]), together[4:11])
