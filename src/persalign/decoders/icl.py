@@ -28,7 +28,6 @@ from persalign.core.registry import register_decoder
 from persalign.decoders.base import DeploymentProperties, PreparedBatch, example_rng
 from persalign.decoders.prompted import PromptedDeployment
 from persalign.engine.prefix_cache import PrefixCache, shared_prefix_lengths
-from persalign.models.embedders import similarities
 
 
 class _ShotsDecoder(PromptedDeployment):
@@ -122,6 +121,6 @@ class RetrievalICL(_ShotsDecoder):
         if embedder is None:
             raise ConfigError("icl_rag needs an embedder (data.embedder)")
         vectors = embedder.encode([example.comparison.prompt] + [item.input or item.output for item in pool])
-        sims = similarities(vectors[:1], vectors[1:])[0]
+        sims = vectors[1:] @ vectors[0]
         order = np.argsort(-sims, kind="stable")[: self.config.shots]
         return [pool[i] for i in order]

@@ -99,16 +99,6 @@ def _rows_by_length(token_ids: list[list[int]]) -> dict[int, list[int]]:
     return groups
 
 
-def similarities(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    """(len(queries), len(keys)) dot products of float32 vectors (cosine similarities of normalised embeddings)
-    through torch, whose matrix product persalign pins (threads and kernels: models/numerics.py). numpy's BLAS
-    (OpenBLAS) splits it by its own thread count, which OMP_NUM_THREADS sets and Ray sets to 1 in its workers:
-    the last bits moved, near-ties flipped, and a Ray task mined 42 of the chain's 384 negatives differently."""
-    product = torch.from_numpy(np.ascontiguousarray(queries, np.float32)) @ torch.from_numpy(
-        np.ascontiguousarray(keys, np.float32)).T
-    return product.numpy()
-
-
 def _read_cache(path: Path) -> dict[str, np.ndarray]:
     """{text hash: vector} from the .npz cache; a damaged cache is set aside and the vectors computed again
     (no pickle: a file holding pickled objects is damage, not something to execute)."""
