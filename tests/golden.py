@@ -58,14 +58,19 @@ stored with the code of 83e16cd; demo.json (the baselines demo, `persalign run d
 retired with its test — the small chain runs the same three baselines with BERTScore on SmolLM2 — and
 demo-study.json (README's numbers) is compared by `make demo` after every run of it, not by the suite.
 
-Re-stored on 2026-11-28: chain.json and demo-study.json, whose MiniLM embeddings (hard negatives, ICL-RAG
-retrieval) are now a function of each text alone (models/embedders.py: batches of a fixed shape, not padded
-batches of 64). Before, a text's vector moved in its last bits with its batch, and the demo's mined negatives
-with them: 24 of 768 differed between a cold embedding cache and one warmed by another call pattern, so these
-numbers held only for one history of the cache. Moved: chain.json 187 values (both reward methods now choose
-λ = 1, PAL's was 0.1 and Global RM's 0), demo-study.json 976 (RM and policy accuracies, 100 generations,
-ICL-RAG's policy accuracy 100 → 96.88, LoRE's and PAL's Δ vs greedy now below 0 with Holm p 0.035; every λ
-as before). tiny.json and study.json use the hashing embedder and did not move.
+Re-stored on 2026-11-28 for two causes that made these numbers hold for one environment only: (1) MiniLM
+embeddings (hard negatives, ICL-RAG retrieval) are now a function of each text alone (models/embedders.py:
+batches of a fixed shape, not padded batches of 64) — before, the demo's mined negatives differed (24 of 768)
+between two histories of the embedding cache; (2) the similarities behind mining and retrieval are computed in
+float64 and rounded to float32 (`similarities`), not by numpy's float32 BLAS, whose thread count follows
+OMP_NUM_THREADS: a Ray worker (OMP_NUM_THREADS=1) mined 42 of the chain's 384 negatives differently, so
+`--backend ray` differed from the local run. Against the files before: chain.json 178 values (21 generations;
+Global RM's λ 0 → 1, PAL's 0.1 kept), demo-study.json 1027 (96 generations; PAL's λ 0.3 → 0.1, Zero-Shot's
+policy accuracy 71.88 → 62.50, PAL now the best steering method; ICL-RAG, ICL and greedy in the same order),
+tiny.json 43 (raw RM scores only), study.json 54 (raw RM scores, 4 ARGS generations, one win, its win rate).
+chain.json and demo-study.json were stored from a CLI run and from `make demo`'s run; both are byte-identical
+to the files an intermediate version (similarities through torch) stored with `python -m tests.golden`, which
+`make demo` had reproduced; the chain on Ray reproduces chain.json, raw floats included.
 
 An earlier exception, made once: the raw per-row float32 scores (FLOAT32_COLUMNS) of
 tiny.json and study.json were re-stored when the frozen feature pass became

@@ -191,3 +191,32 @@ def test_a_lora_reward_model_is_the_same_whatever_torchs_generator_held(tmp_path
     torch.manual_seed(2)
     second = lora_run(tmp_path / "second")
     assert json.dumps(first, sort_keys=True) == json.dumps(second, sort_keys=True)
+
+
+MINING = """
+import hashlib, numpy as np
+from persalign.models.numerics import pin_numerics
+pin_numerics(1)
+from persalign.data.preflamp import mine_negatives
+rng = np.random.default_rng(0)
+base = rng.standard_normal((40, 384))
+vectors = (np.repeat(base, 20, axis=0) + 1e-6 * rng.standard_normal((800, 384))).astype(np.float32)
+vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+users = np.arange(800) % 50
+_, neighbours = mine_negatives(vectors, users, np.arange(800), np.arange(800), 10, np.random.default_rng(0))
+print(hashlib.sha1(neighbours.tobytes()).hexdigest())
+"""
+
+
+def test_hard_negatives_do_not_follow_numpys_blas_thread_count():
+    """Mined on near-duplicate texts (20 near-copies of each of 40 vectors, as templated headlines are), the
+    negatives are the same whatever OMP_NUM_THREADS says. Before, the similarities went through numpy's
+    OpenBLAS, which splits the product by that count: a Ray worker (OMP_NUM_THREADS=1) mined 42 of the small
+    chain's 384 negatives differently from the local run, and every reward model trained on them moved."""
+    digests = set()
+    for threads in ("1", "2", "4"):
+        done = subprocess.run([sys.executable, "-c", MINING], capture_output=True, text=True, timeout=300,
+                              env={**os.environ, "OMP_NUM_THREADS": threads})
+        assert done.returncode == 0, done.stderr[-2000:]
+        digests.add(done.stdout.strip())
+    assert len(digests) == 1, digests

@@ -28,6 +28,7 @@ from persalign.core.registry import register_decoder
 from persalign.decoders.base import DeploymentProperties, PreparedBatch, example_rng
 from persalign.decoders.prompted import PromptedDeployment
 from persalign.engine.prefix_cache import PrefixCache, shared_prefix_lengths
+from persalign.models.embedders import similarities
 
 
 class _ShotsDecoder(PromptedDeployment):
@@ -121,6 +122,6 @@ class RetrievalICL(_ShotsDecoder):
         if embedder is None:
             raise ConfigError("icl_rag needs an embedder (data.embedder)")
         vectors = embedder.encode([example.comparison.prompt] + [item.input or item.output for item in pool])
-        sims = vectors[1:] @ vectors[0]
+        sims = similarities(vectors[:1], vectors[1:])[0]
         order = np.argsort(-sims, kind="stable")[: self.config.shots]
         return [pool[i] for i in order]

@@ -99,6 +99,16 @@ def _rows_by_length(token_ids: list[list[int]]) -> dict[int, list[int]]:
     return groups
 
 
+def similarities(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """(len(queries), len(keys)) dot products of float32 vectors (cosine similarities of normalised embeddings),
+    computed in float64 and rounded to float32. numpy's BLAS splits a product by its own thread count
+    (OMP_NUM_THREADS; Ray sets 1 in its workers), which moved float32 results in their last bits and flipped
+    near-ties (a Ray worker mined 42 of the small chain's 384 negatives differently); float32 products are exact
+    in float64, so any summation order rounds to the same float32 but at a rounding boundary."""
+    product = np.asarray(queries, np.float64) @ np.asarray(keys, np.float64).T
+    return product.astype(np.float32)
+
+
 def _read_cache(path: Path) -> dict[str, np.ndarray]:
     """{text hash: vector} from the .npz cache; a damaged cache is set aside and the vectors computed again
     (no pickle: a file holding pickled objects is damage, not something to execute)."""
