@@ -12,6 +12,7 @@ so rebuilding preferences or re-running retrieval costs nothing the second time.
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 import zipfile
 from pathlib import Path
@@ -21,7 +22,7 @@ import torch
 from tqdm.auto import tqdm
 
 from persalign.core.errors import ModelLoadError
-from persalign.core.files import set_aside, short, temporary_beside
+from persalign.core.files import set_aside, short, write_atomic
 from persalign.core.registry import EMBEDDERS, MODELS, register_embedder
 from persalign.models.aliases import default_cache_dir
 from persalign.models.numerics import kernel_tag
@@ -146,14 +147,9 @@ class CachedEmbedder:
     def _save(self) -> None:
         if self.path is None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp, keys = temporary_beside(self.path), list(self._memory)
-        try:
-            with open(tmp, "wb") as handle:  # a handle: np.savez would add .npz to the name
-                np.savez(handle, hashes=np.array(keys), vectors=np.stack([self._memory[k] for k in keys]))
-            tmp.replace(self.path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        keys, buffer = list(self._memory), io.BytesIO()
+        np.savez(buffer, hashes=np.array(keys), vectors=np.stack([self._memory[k] for k in keys]))
+        write_atomic(self.path, buffer.getvalue())  # this writer's own temporary name: Ray tasks share the cache
 
 
 @register_embedder("hashing-bow")
