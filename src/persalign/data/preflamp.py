@@ -20,12 +20,12 @@ from persalign.core.config import SplitConfig
 from persalign.core.errors import DataError
 from persalign.core.files import warn
 from persalign.core.records import Comparison, Completion, PreferenceDataset, UserItem
+from persalign.data.mining import BLOCK_ELEMENTS, mine_negatives
 from persalign.data.split import UserSplit, make_split, split_signature
 from persalign.data.writing import UserWriting
-from persalign.models.embedders import similarities
 
-BLOCK_ELEMENTS = 50_000_000  # similarities held at once (about 0.7 GB with their masks)
-PAIRS_PER_SECOND = 4.0e7  # measured: 1.17e9 item pairs in 25.8 s at 20,000 users (2 cores, 1024-dim embedder)
+PAIRS_PER_SECOND = 3.4e7  # measured: 1.16e9 item pairs in 33.8 s, 1024 dimensions, 2 cores (bench_mining.py)
+BYTES_PER_SIMILARITY = 10  # a block's float32 values, their partitioned copy and two masks (bench_mining.py)
 
 
 def mining_notice(pools: list[tuple[list[int], list[int]]]) -> str | None:
@@ -35,54 +35,9 @@ def mining_notice(pools: list[tuple[list[int], list[int]]]) -> str | None:
     seconds = pairs / PAIRS_PER_SECOND
     if seconds < 60:
         return None
+    gib = BLOCK_ELEMENTS * BYTES_PER_SIMILARITY / 2**30
     return (f"Pref-LaMP: mining hard negatives compares {pairs:.2e} item pairs: about {seconds / 60:.0f} min on 2 "
-            f"cores (measured rate {PAIRS_PER_SECOND:.0e}/s), about {BLOCK_ELEMENTS * 14 / 2**30:.1f} GiB at a time; "
-            "data.max_users caps it")
-
-
-def mine_negatives(embeddings: np.ndarray, user_ids: np.ndarray, rows: np.ndarray, pool: np.ndarray, top_k: int,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """For each of `rows`: (the sampled negative, its top-k neighbours), both indices drawn from `pool`.
-
-    Neighbours are the most cosine-similar pool items written by another user
-    (embeddings are L2-normalised); ties are broken by index, so the result is
-    fully determined by the generator.
-    """
-    counts = np.bincount(user_ids[pool], minlength=int(user_ids.max()) + 1)
-    k = min(top_k, len(pool) - int(counts[np.unique(user_ids[rows])].max()))  # every row has k other-user items
-    if k < 1:
-        raise ValueError("hard negatives need pool items from another user")
-    neighbours = np.zeros((len(rows), k), dtype=np.int64)
-    pool_embeddings, pool_users = embeddings[pool], user_ids[pool]
-    step = max(1, BLOCK_ELEMENTS // len(pool))  # memory bounded whatever the pool's size
-    for start in range(0, len(rows), step):
-        block = rows[start : start + step]
-        sims = similarities(embeddings[block], pool_embeddings)
-        sims[user_ids[block, None] == pool_users[None, :]] = -np.inf
-        neighbours[start : start + len(block)] = pool[top_k_stable(sims, k)]
-    picks = neighbours[np.arange(len(rows)), rng.integers(0, k, size=len(rows))]
-    return picks, neighbours
-
-
-def top_k_stable(sims: np.ndarray, k: int) -> np.ndarray:
-    """Per row, the columns of the k largest values, largest first, ties by column: exactly
-    `np.argsort(-sims, kind="stable")[:, :k]`, without sorting whole rows (a partition finds the k-th value;
-    of the values equal to it, the lowest columns are taken). At 20,000 users this was 35 of 61 s."""
-    kth = -np.partition(-sims, k - 1, axis=1)[:, k - 1 : k]
-    above, at = sims > kth, sims == kth
-    need = k - above.sum(axis=1)
-    chosen = above | at
-    crowded = np.flatnonzero(at.sum(axis=1) > need)  # more ties at the k-th value than places: lowest columns
-    if len(crowded):
-        rows, cols = np.nonzero(at[crowded])  # by row, then column
-        rank = np.arange(len(rows)) - np.searchsorted(rows, np.arange(len(crowded)))[rows]
-        keep = rank < need[crowded][rows]
-        sub = above[crowded]
-        sub[rows[keep], cols[keep]] = True
-        chosen[crowded] = sub
-    columns = np.nonzero(chosen)[1].reshape(len(sims), k)  # ascending column within each row
-    order = np.argsort(-np.take_along_axis(sims, columns, axis=1), axis=1, kind="stable")
-    return np.take_along_axis(columns, order, axis=1)
+            f"cores (measured rate {PAIRS_PER_SECOND:.1e}/s), about {gib:.1f} GiB at a time; data.max_users caps it")
 
 
 def hard_negative_indices(embeddings: np.ndarray, users: list[str], top_k: int,
