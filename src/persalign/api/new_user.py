@@ -23,7 +23,7 @@ import numpy as np
 from persalign.core.errors import ConfigError, DataError
 from persalign.core.records import Comparison, PreferenceDataset, UserItem
 from persalign.data.jsonio import read_jsonl, require_text
-from persalign.data.preflamp import mine_negatives
+from persalign.data.mining import mine_negatives
 
 KINDS = {"text": ("prompt", "output"), "preference": ("prompt", "chosen", "rejected")}
 
