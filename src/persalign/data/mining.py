@@ -4,12 +4,13 @@ Every item is compared with every pool item of another user (cosine similarity o
 quadratic in the items, the cost `preflamp.mining_notice` forecasts. The same negatives on every machine:
 numpy's float32 BLAS sums a product in an order that follows its thread count (OMP_NUM_THREADS; Ray sets 1 in
 its workers) and the CPU's kernels, and its last bits flipped near-ties (a Ray worker once mined 42 of the
-small chain's 384 negatives differently). So the fast float32 product only FILTERS: whatever its order, it is
-within ERROR_SCALE·(dim + 8)·|q|·max|p| of the exact dot product (the standard γ_n bound, doubled), so the
-items it ranks that far below a row's k-th value cannot be among the exact top k. The few left are scored
-again in float64 — float32 products are exact there, so any summation order rounds to the same float32 —
-which is `embedders.similarities`, the values every machine agrees on; ties go to the lowest pool position.
-Before 2026-11-28 the whole product ran in float64: the same negatives, 1.6x the time (bench_mining.py).
+small chain's 384 negatives differently). So the fast float32 product only FILTERS: whatever its order, it lies
+within γ_n·|q|·|p| of the exact dot product (n the dimensions, γ_n ≈ n·2⁻²⁴, the standard bound for any summation
+order); it keeps every item within ERROR_SCALE·(n + 8)·|q|·max|p| (about 4·γ_n) of a row's k-th value, so no
+item it drops can be in the exact top k, not even after rounding. The few kept are scored again in float64 —
+float32 products are exact there, so any summation order rounds to the same float32: the values of
+`embedders.similarities`, which every machine agrees on; ties go to the lowest pool position. 05e585e ran the
+whole product in float64: the same negatives at 1.6x the time (bench_mining.py).
 
     python benchmarks/bench_mining.py --items 34000 --dim 1024
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 BLOCK_ELEMENTS = 50_000_000  # similarities held at once (about 0.5 GB with their masks)
-ERROR_SCALE = 2.0 ** -22  # twice γ_n = n·2⁻²⁴/(1 − n·2⁻²⁴) per dimension, doubled: the filter's safety margin
+ERROR_SCALE = 2.0 ** -22  # per dimension: 4·2⁻²⁴, twice the two errors (a dropped item's and the k-th's) it must absorb
 EXACT_PAIRS = 8192  # candidate pairs scored in float64 at once (their vectors: 2 · 8192 · dim · 8 bytes)
 
 
