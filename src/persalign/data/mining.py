@@ -79,4 +79,3 @@ def mine_negatives(embeddings: np.ndarray, user_ids: np.ndarray, rows: np.ndarra
         neighbours[start : start + len(block)] = pool[nearest]
     picks = neighbours[np.arange(len(rows)), rng.integers(0, k, size=len(rows))]
     return picks, neighbours
-
