@@ -29,11 +29,12 @@ USERS = 16
 
 
 def simulated_rows(rng, methods: int, rho: float, reliability: float, noise_corr: float = 0.3,
-                   group: tuple[int, float] = (1, 0.0), users: int = USERS):
+                   group: tuple[int, float] = (1, 0.0), users: int = USERS, realised: list | None = None):
     """(x rows, y rows): (methods, users) per-user values of one simulated study; with `group` = (size, corr) the
     methods come in groups of that size (0 and 1, 2 and 3, … for pairs) whose noise correlates with the group's
     first method's by corr, as methods that err on the same users do (default: they err independently). The
-    reliability is that of a method's mean over `users`."""
+    reliability is that of a method's mean over `users`. `realised`, if given, gets the Pearson correlation of
+    this study's true means appended (the listed methods' own, around ρ)."""
     z1, z2 = rng.standard_normal((2, methods))
     true_x, true_y = z1, rho * z1 + np.sqrt(1 - rho ** 2) * z2
     sd = np.sqrt(users * (1 - reliability) / reliability)
@@ -46,6 +47,8 @@ def simulated_rows(rng, methods: int, rho: float, reliability: float, noise_corr
     user_x, user_y = rng.standard_normal((2, users))
     x = true_x[:, None] + user_x + sd * e1
     y = true_y[:, None] + user_y + sd * (noise_corr * e1 + np.sqrt(1 - noise_corr ** 2) * e2)
+    if realised is not None:
+        realised.append(float(np.corrcoef(true_x, true_y)[0, 1]))
     return x, y
 
 

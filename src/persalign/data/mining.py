@@ -49,7 +49,7 @@ def nearest_other_user(queries: np.ndarray, keys: np.ndarray, same_user: np.ndar
     (`longest_key`: the keys' largest norm, for the filter's error bound)."""
     fast = queries @ keys.T  # float32 BLAS: fast, its last bits follow the thread count and the CPU
     fast[same_user] = -np.inf
-    kth = -np.partition(-fast, k - 1, axis=1)[:, k - 1]
+    kth = np.partition(fast, fast.shape[1] - k, axis=1)[:, fast.shape[1] - k]  # the k-th largest, no negated copy
     slack = ERROR_SCALE * (queries.shape[1] + 8) * np.linalg.norm(queries.astype(np.float64), axis=1) * longest_key
     rows, cols = np.nonzero(fast >= (kth - slack)[:, None])
     del fast
