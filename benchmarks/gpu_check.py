@@ -6,14 +6,17 @@ Steps, in order; the first that fails stops the check with one line (`--keep-goi
 2. correctness: `pytest -m cuda tests/test_cuda.py` — ARGS's candidate reward = the teacher-forced one, the
    tokens and the tiny end-to-end run's numbers = the CPU's (float32), its decisions in bf16, batch
    invariance, the shared ARGS pass, the cells' GPU memory peak;
-3. timing: `bench_gpu.py` — greedy, ICL (4 demonstrations), ARGS (k = 10) with the paper's 0.5B RM, the
+3. host_cpu: the machine's own CPU against the one the goldens were stored on (`op_trace.py`: the first torch
+   op whose outputs part from the stored trace's; the golden tiny and study runs here, value by value);
+4. timing: `bench_gpu.py` — greedy, ICL (4 demonstrations), ARGS (k = 10) with the paper's 0.5B RM, the
    shared pass, policy-accuracy scoring at batch 1 / 16 / 64 for Qwen2.5 0.5B / 1.5B / 7B shapes in bf16;
    ARGS ÷ greedy and ÷ the reference design; peak GPU memory against docs/scale-out.md's projection;
-4. pdpo_step: one P-DPO training step (persalign's own `fit`, 8 pairs) at 7B: seconds and peak memory;
-5. study: `persalign run configs/scales_dry_run.yaml device=cuda` (0.5B), its stage seconds next to the
+5. pdpo_step: one P-DPO training step (persalign's own `fit`, 8 pairs) at 7B: seconds and peak memory;
+6. study: `persalign run configs/scales_dry_run.yaml device=cuda` (0.5B), its stage seconds next to the
    planner's GPU column (counted FLOPs ÷ the GPU's peak × utilisation): measured ÷ projected per stage.
 
-Everything lands in `--out` as gpu_check.json and gpu_check.md (and the logs of steps 2 and 5).
+Everything lands in `--out` as gpu_check.json and gpu_check.md (and the logs of steps 2 and 6, step 3's op
+trace and golden values).
 `--cpu-dry-run` runs every step on tiny shapes on the CPU (tests/test_gpu_check.py runs it in the suite).
 
     bash benchmarks/gpu_check.sh --out gpu-check                        # on the GPU machine (installs wheels)
@@ -105,6 +108,14 @@ def correctness(plan: Plan, out: Path) -> dict:
     return {"pytest": summary, "checks": checks}
 
 
+def host_cpu(plan: Plan, out: Path) -> dict:
+    """This machine's CPU against the AMD EPYC the goldens were stored on: the first torch op whose numbers part
+    (benchmarks/op_trace.py), and the golden runs here, value by value."""
+    import op_trace
+
+    return op_trace.host_check(out, ["tiny"] if plan.device == "cpu" else ["tiny", "study"])
+
+
 def timing(plan: Plan, out: Path) -> dict:
     import bench_gpu
 
@@ -179,8 +190,8 @@ def study(plan: Plan, out: Path) -> dict:
         raise StepFailed(f"{exc} (study.log)") from exc
 
 
-STEPS = {"environment": environment, "correctness": correctness, "timing": timing, "pdpo_step": pdpo_step,
-         "study": study}
+STEPS = {"environment": environment, "correctness": correctness, "host_cpu": host_cpu, "timing": timing,
+         "pdpo_step": pdpo_step, "study": study}
 
 
 def report(results: dict) -> str:
@@ -197,6 +208,15 @@ def report(results: dict) -> str:
     if "correctness" in results:
         lines += ["", "## Correct on the device", "", f"pytest -m cuda: {results['correctness']['pytest']}", "",
                   "```json", json.dumps(results["correctness"]["checks"], indent=1)[:4000], "```"]
+    if "host_cpu" in results:
+        trace, goldens = results["host_cpu"]["op_trace"], results["host_cpu"]["goldens"]
+        lines += ["", "## This CPU against the goldens' (op_trace.json)", "",
+                  f"Op trace: {trace['ops_with_other_outputs']} of {trace['ops']} ops with other outputs; parameters "
+                  f"differing {len(trace['params_differing'])}; first op with the stored inputs and other outputs: "
+                  f"{trace['first_op_with_same_inputs_other_outputs']}; build facts changed: "
+                  f"{sorted(trace['facts_changed'])}."]
+        lines += [f"- golden {which}: {g['differing']} of {g['values']} values differ ({g['generations_differing']} "
+                  f"generations); first {g['first'][:2]}" for which, g in goldens.items()]
     if "timing" in results:
         lines += ["", f"## Timed ({results['timing']['dtype']} on {env.get('device', '?')})", ""]
         lines += bench_gpu.markdown(results["timing"]["results"])

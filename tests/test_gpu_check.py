@@ -24,12 +24,13 @@ def test_the_dry_run_runs_every_step_and_writes_its_figures(tmp_path):
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     results = json.loads((tmp_path / "gpu_check.json").read_text())
     assert all(status.startswith("passed") for status in results["status"].values()), results["status"]
-    assert list(results["status"]) == ["environment", "correctness", "timing", "pdpo_step", "study"]
+    assert list(results["status"]) == ["environment", "correctness", "host_cpu", "timing", "pdpo_step", "study"]
     checks = results["correctness"]["checks"]
     assert set(checks) == {"args_candidate_reward", "tokens", "graphed_args", "graphed_args_metered_flops",
                            "lora_run_cuda_graph", "shared_args_pass", "tiny_run_float32", "peak_gpu_memory_mib",
                            "tiny_run_bf16"}
     assert checks["args_candidate_reward"]["largest_difference"]["teacher_forced"] <= 1e-4
+    _the_host_cpu_step_compares_this_cpu_with_the_stored_one(results["host_cpu"], tmp_path)
     timing = results["timing"]["results"]["tiny"]
     for batch in ("batch1", "batch4"):
         assert {"greedy", "icl", "args", "args_shared_pass", "scoring"} <= set(timing[batch])
@@ -54,3 +55,35 @@ def test_without_cuda_the_check_stops_at_its_first_step_in_one_line(tmp_path):
     assert "Traceback" not in done.stderr
     results = json.loads((tmp_path / "gpu_check.json").read_text())
     assert list(results["status"]) == ["environment"]
+
+
+def _the_host_cpu_step_compares_this_cpu_with_the_stored_one(step: dict, out: Path) -> None:
+    """Where this process computes with the stored trace's numerics (CPU, torch, kernels, MKL branch, threads),
+    every op and golden value must reproduce; elsewhere the step must still say where they part."""
+    stored = json.loads((ROOT / "benchmarks" / "measured" / "op_trace_amd_epyc.json").read_text())
+    here = json.loads((out / "op_trace.json").read_text())
+    assert step["op_trace"]["ops"] == len(here["ops"]) > 400 and len(here["params"]) == 21
+    assert step["goldens"]["tiny"]["values"] > 700
+    if here["facts"]["numerics"] == stored["facts"]["numerics"]:
+        assert step["op_trace"]["ops_with_other_outputs"] == 0 and not step["op_trace"]["params_differing"]
+        assert step["goldens"]["tiny"]["differing"] == 0
+    elif step["op_trace"]["ops_with_other_outputs"]:
+        assert step["op_trace"]["first_op_with_same_inputs_other_outputs"] or step["op_trace"]["params_differing"]
+
+
+def test_the_op_trace_names_the_first_op_whose_same_inputs_gave_other_outputs():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import op_trace
+
+    stored = json.loads((ROOT / "benchmarks" / "measured" / "op_trace_amd_epyc.json").read_text())
+    assert op_trace.compare(stored, stored)["first_op_with_same_inputs_other_outputs"] is None
+    index = next(i for i, op in enumerate(stored["ops"]) if op[0] == "aten.mm.default" and op[2])
+    other = json.loads(json.dumps(stored))
+    for op in other["ops"][index:]:  # that product's output came out otherwise, and so everything after it
+        op[2] = [d + "x" for d in op[2]]
+    for op in other["ops"][index + 1:]:
+        op[1] = [d + "x" for d in op[1]]
+    found = op_trace.compare(stored, other)
+    assert found["first_op_with_same_inputs_other_outputs"] == {"index": index, "op": "aten.mm.default",
+                                                                "why": "same inputs, other outputs"}
+    assert found["ops_with_other_outputs"] == len(stored["ops"]) - index - sum(not op[2] for op in stored["ops"][index:])
