@@ -150,8 +150,8 @@ def test_a_replayed_graph_meters_the_work_the_cpu_meters(device):
 def test_a_lora_run_with_cuda_graph_reports_the_cpus_eager_numbers(device, tmp_path, monkeypatch):
     """float32, `args.cuda_graph: true`: a run whose LoRA RM's ARGS cell decodes its λ grid and its query
     batches with the captured step on the device reports what the eager run reports on the CPU (every
-    reported number, λ and generation). On the H200 (2026-11-27) this passed with a fixed λ; the λ grid was
-    added after the GPU time was spent."""
+    reported number, λ and generation). On the H200 this passed with a fixed λ (2026-11-27) and with the λ grid
+    (2026-11-28)."""
     monkeypatch.setenv("PERSALIGN_CACHE", str(tmp_path / "cache"))
     choice = ["args.selection=harmonic", "args.lambdas=[0.0, 1.0, 3.0]", "args.validation_size=4"]  # a λ grid
     cpu = lora_run(tmp_path / "cpu", "device=cpu", "dtype=float32", *choice)
