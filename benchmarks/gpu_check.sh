@@ -4,7 +4,7 @@
 # Installs those wheels into a private folder (nothing of the machine's own install changes), then runs
 # benchmarks/gpu_check.py with the arguments given; its first failing step stops it with one line.
 #
-#   bash benchmarks/gpu_check.sh --out gpu-check          # on the GPU machine: ~6 minutes on an H200
+#   bash benchmarks/gpu_check.sh --out gpu-check          # on the GPU machine: ~7 minutes on an H200 (measured)
 #   bash benchmarks/gpu_check.sh --cpu-dry-run --out /tmp/gpu-check
 set -euo pipefail
 cd "$(dirname "$0")/.."
