@@ -5,8 +5,10 @@ chose λ = 0 and wrote identical outputs showed 3.1× and 1.7× in the fresh
 demo, and which personalized method ran first absorbed the support features.
 """
 
+import math
+
 from persalign.core.config import load_config
-from persalign.engine.cost import ModelShape, args_work, forward_flops, greedy_work, shape_of, steps_of
+from persalign.engine.cost import ModelShape, args_work, cell_work, forward_flops, greedy_work, shape_of, steps_of
 from persalign.engine.decoding import decode, greedy
 from persalign.runner.run import run
 from persalign.runner.store import Cell
@@ -93,3 +95,19 @@ def test_a_method_deployed_twice_is_trained_once_in_every_total(tmp_path, cache_
     assert totals["training"] == training["fit_s"] and totals["adaptation"] == training["adapt_s"]
     assert totals["features"] == training["features_s"]
     assert sum(totals.values()) <= wall
+
+
+def test_a_cells_counted_work_is_the_exactly_rounded_sum_on_every_python():
+    """ICL's shared demonstration block gives each output a fraction of its prefill (1/3 of 1000 tokens here):
+    a left-to-right float sum of those shares rounds differently on Python 3.11 and 3.12 (3.12's built-in sum
+    compensates its rounding; the H200 host's Python 3.12 reported 2657.0 prefill tokens where 3.11 reported
+    2656.9999999999995). The totals are the exactly rounded sums, the same on every Python."""
+    rows = [{"work_prefill_tokens": 90 + 1000 / 3, "work_decode_tokens": 4, "work_candidate_tokens": 0,
+             "work_reward_tokens": 0, "work_flops": 1e6 / 3 + 0.1} for _ in range(9)]
+    work = cell_work(rows)
+    assert work["prefill_tokens"] == math.fsum(r["work_prefill_tokens"] for r in rows)
+    assert work["flops_per_output"] == math.fsum(r["work_flops"] for r in rows) / 9
+    naive = 0.0
+    for r in rows:  # what Python 3.11's sum computes
+        naive += r["work_prefill_tokens"]
+    assert naive != math.fsum(r["work_prefill_tokens"] for r in rows)  # the rows are ones where it matters

@@ -24,6 +24,7 @@ divided by zero-shot's on the same query items.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 
@@ -118,12 +119,18 @@ def greedy_work(policy: ModelShape, prompt: int, generated: int, max_new_tokens:
     return work
 
 
+def exact_total(values: list) -> int | float:
+    """Counts stay integers; floats are summed exactly rounded (math.fsum): a left-to-right sum of fractional
+    shares rounds otherwise on Python 3.12, whose built-in sum compensates, than on 3.11."""
+    return sum(values) if all(isinstance(v, int) for v in values) else math.fsum(values)
+
+
 def cell_work(rows: list[dict]) -> dict | None:
     """A cell's counted work: per-output mean FLOPs and token totals (None where rows carry no counts)."""
     counted = [r for r in rows if r.get("work_flops") is not None]
     if not counted or len(counted) != len(rows):
         return None
-    totals = {key: sum(r[key] for r in counted) for key in counted[0] if key.startswith("work_")}
+    totals = {key: exact_total([r[key] for r in counted]) for key in counted[0] if key.startswith("work_")}
     return {"flops_per_output": totals["work_flops"] / len(counted), "outputs": len(counted),
             **{key[len("work_"):]: value for key, value in totals.items() if key != "work_flops"}}
 

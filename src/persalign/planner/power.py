@@ -17,6 +17,7 @@ detectable difference whose projected hours fit the budget.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -50,9 +51,9 @@ def variance_components(groups: list[np.ndarray]) -> tuple[float, float]:
     8.85 for a true 7.5 in 16 × 2 designs; tests/test_planning.py)."""
     sizes = np.array([len(g) for g in groups], dtype=float)
     total, k = sizes.sum(), len(groups)
-    grand = sum(float(g.sum()) for g in groups) / total
-    within = sum(float(((g - g.mean()) ** 2).sum()) for g in groups) / (total - k) if total > k else 0.0
-    between_mean_square = sum(len(g) * (float(g.mean()) - grand) ** 2 for g in groups) / (k - 1)
+    grand = math.fsum(float(g.sum()) for g in groups) / total  # fsum: the same on every Python (3.12's sum differs)
+    within = math.fsum(float(((g - g.mean()) ** 2).sum()) for g in groups) / (total - k) if total > k else 0.0
+    between_mean_square = math.fsum(len(g) * (float(g.mean()) - grand) ** 2 for g in groups) / (k - 1)
     n0 = (total - float((sizes ** 2).sum()) / total) / (k - 1)
     return (between_mean_square - within) / n0, within
 
@@ -60,7 +61,7 @@ def variance_components(groups: list[np.ndarray]) -> tuple[float, float]:
 def harmonic_queries(counts) -> float:
     """The queries per user that give a user mean's average variance σ_b² + σ_w² · mean(1/nᵢ) (0 without users)."""
     counts = [c for c in counts if c > 0]
-    return len(counts) / sum(1 / c for c in counts) if counts else 0.0
+    return len(counts) / math.fsum(1 / c for c in counts) if counts else 0.0
 
 
 def components_from_rows(first: list[dict], second: list[dict], source: str) -> Components | None:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import math
 from persalign.analysis.study import PolicyAnalysis
 from persalign.report.cell_text import SYMBOLS, correlation_cell, with_ci
 from persalign.report.study_sections import _table
@@ -53,7 +54,7 @@ def rl_table(analysis: PolicyAnalysis) -> str | None:
 def per_user_rl(method) -> str:
     flops = [s.get("training", {}).get("adapt_work", {}).get("rl_flops_per_user") for s in method.settings or []]
     flops = [f for f in flops if f is not None]
-    return f"{sum(flops) / len(flops) / 1e12:.3g}" if flops else "-"
+    return f"{math.fsum(flops) / len(flops) / 1e12:.3g}" if flops else "-"
 
 
 RL_NOTE = ("GRPO through TRL with a LoRA adapter: one adapter per adaptation user for a personalized reward model "

@@ -20,6 +20,7 @@ cannot separate them, and it counts the reward methods that chose λ = 0.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,7 +53,7 @@ def _counted_flops(cells: pd.DataFrame) -> float | None:
     counted = [w for w in cells.get("counted_work", pd.Series(dtype=object)) if isinstance(w, dict)]
     if not counted or len(counted) != len(cells):
         return None
-    return float(sum(w["flops_per_output"] * w["outputs"] for w in counted) / sum(w["outputs"] for w in counted))
+    return math.fsum(w["flops_per_output"] * w["outputs"] for w in counted) / sum(w["outputs"] for w in counted)
 
 
 def _seconds_per_output(cells: pd.DataFrame) -> float | None:
