@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import math
+
 from persalign.analysis.study import PolicyAnalysis
 from persalign.report.cell_text import SYMBOLS, correlation_cell, with_ci
 from persalign.report.study_sections import _table
