@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
 import subprocess
 import sys
 import time
@@ -96,8 +95,9 @@ def environment(plan: Plan, out: Path) -> dict:
 def correctness(plan: Plan, out: Path) -> dict:
     record = out / "cuda_checks.json"
     record.unlink(missing_ok=True)
-    env = {**os.environ, "PERSALIGN_CHECK_DEVICE": plan.device, "PERSALIGN_CHECK_RECORD": str(record),
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    import op_trace  # its child-process environment: persalign's source and the tests first on the path
+
+    env = {**op_trace.source_env(), "PERSALIGN_CHECK_DEVICE": plan.device, "PERSALIGN_CHECK_RECORD": str(record)}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-m", "cuda", "-p", "no:cacheprovider",
                            "tests/test_cuda.py"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     (out / "cuda_tests.log").write_text(done.stdout + done.stderr)

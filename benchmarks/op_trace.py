@@ -47,7 +47,7 @@ def digest(value) -> str | None:
 def _digests(tree) -> list:
     import torch.utils._pytree as pytree
 
-    return [digest(leaf) for leaf in pytree.tree_leaves(tree) if digest(leaf) is not None]
+    return [d for d in map(digest, pytree.tree_leaves(tree)) if d is not None]
 
 
 def facts() -> dict:
@@ -139,7 +139,7 @@ def golden_differences(which: str, out: Path) -> dict:
     values = out / f"golden_{which}.json"
     with tempfile.TemporaryDirectory() as cache:
         subprocess.run([sys.executable, "-m", "tests.golden", which, str(values)], cwd=ROOT, check=True,
-                       env={**_source_env(), "PERSALIGN_CACHE": cache}, capture_output=True, timeout=900)
+                       env={**source_env(), "PERSALIGN_CACHE": cache}, capture_output=True, timeout=900)
     stored = json.loads((ROOT / "tests" / "golden" / f"{which}.json").read_text())["values"]
     return count_differences(stored, json.loads(values.read_text()))
 
@@ -155,14 +155,14 @@ def count_differences(expected, actual) -> dict:
 def host_check(out: Path, goldens: list[str]) -> dict:
     """The GPU check's host_cpu step: this CPU's op trace against the stored one, and the golden runs here."""
     done = subprocess.run([sys.executable, __file__, "--out", str(out / "op_trace.json"), "--compare", str(STORED)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=_source_env())
+                          cwd=ROOT, capture_output=True, text=True, timeout=600, env=source_env())
     if done.returncode != 0:
         raise RuntimeError(f"op_trace.py failed: {done.stderr.strip().splitlines()[-1:]}")
     goldens = {which: golden_differences(which, out) for which in goldens}
     return {"op_trace": json.loads(done.stdout), "goldens": goldens}
 
 
-def _source_env() -> dict:
+def source_env() -> dict:
     """A child process's environment: persalign's source and these tests first on its path."""
     path = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]
     return {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
