@@ -36,6 +36,10 @@ the metrics share as correlation (coverage 0.905-0.914), and the report says so:
 whose observed spread is large, where the noise is larger than the simulation draws it (docs/design-notes.md
 "Spread"; benchmarks/spread_conditioning.py shows it with the noise known exactly).
 
+Where every candidate ρ is rejected (the observed statistic lies beyond the central 95 % of what each ρ gives with
+this noise; 0.3-1.5 % of the coverage simulations' studies, at most at ρ = 0.9) the result says so (`no_fit`), with
+the most compatible ρ as its point: an empty confidence set, not a verdict of noise.
+
 No interval where a metric's true spread is estimated ≤ 0 or its reliability below MIN_RELIABILITY ("the
 methods differ by less than their measurement noise"), with the users that would reach it (where a metric
 shows no true spread, a lower bound: its whole observed spread taken as real); none below
@@ -283,7 +287,8 @@ def true_correlation(x_rows, y_rows, statistic: str, level: float = 0.95, draws:
                                  f"{min(reliability.values()):.2f})"}
     interval = inverted_test(parts, level, draws, seed)
     if interval["low"] is None:
-        return on_scale({**out, "point": interval["point"], "reason": "no correlation fits the data"}, statistic)
+        return on_scale({**out, "point": interval["point"], "no_fit": True, "reason": "no correlation fits the data"},
+                        statistic)
     return on_scale({**out, **interval, "reason": None, "procedure": PROCEDURE}, statistic)
 
 
