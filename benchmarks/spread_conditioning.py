@@ -16,6 +16,7 @@ noise can change it.
 
     python benchmarks/spread_conditioning.py                           # the default cells, ~1 min
     python benchmarks/spread_conditioning.py --cells 20/0.3/0/0.6 --test lr --repetitions 2000
+    python benchmarks/spread_conditioning.py --test spread --cells 20/0.5/0.9/0.3 --noise-users 16   # users resampled
 """
 
 from __future__ import annotations
@@ -47,12 +48,24 @@ def noise(rng, m: int, reliability: float, kappa: float, size: int) -> tuple[np.
     return e, kappa * e + np.sqrt(1 - kappa ** 2) * f
 
 
-def spread_test(rng, x: np.ndarray, y: np.ndarray, cell: tuple, draws: int) -> int:
+def user_noise(rng, m: int, reliability: float, kappa: float, users: int) -> np.ndarray:
+    """(users, 2m): each user's noise row (x then y), as wide as `users` times a mean's, so their mean is one draw of
+    `noise`."""
+    e, f = noise(rng, m, reliability, kappa, users)
+    return np.concatenate([e, f], 1) * np.sqrt(users)
+
+
+def spread_test(rng, x: np.ndarray, y: np.ndarray, cell: tuple, draws: int, pool: np.ndarray | None = None) -> int:
     """−1 / +1 where the spread-matched test's interval lies below / above the true ρ (the observed statistic in
-    the simulated lower / upper 2.5 % at the true ρ), else 0."""
+    the simulated lower / upper 2.5 % at the true ρ), else 0. With `pool` (a study's centred user rows) the noise
+    is drawn as persalign draws it, by resampling the users; without it, from its true law."""
     m, reliability, rho, kappa = cell
     shape_x, shape_y = true_means(rng, m, rho, draws)
-    noise_x, noise_y = noise(rng, m, reliability, kappa, draws)
+    if pool is None:
+        noise_x, noise_y = noise(rng, m, reliability, kappa, draws)
+    else:
+        resampled = pool[rng.integers(0, len(pool), size=(draws, len(pool)))].mean(1)
+        noise_x, noise_y = resampled[:, :m], resampled[:, m:]
     simulated = cosine(spread_to(shape_x, noise_x, x @ x), spread_to(shape_y, noise_y, y @ y))
     simulated = simulated[~np.isnan(simulated)]
     observed = cosine(x, y)
@@ -76,15 +89,27 @@ def likelihood_ratio_test(x: np.ndarray, y: np.ndarray, cell: tuple) -> int:
     return 1 if kept.min() > rho else -1 if kept.max() < rho else 0
 
 
-def row(cell: tuple, test: str, repetitions: int, draws: int, seed_: int) -> str:
+def study(rng, cell: tuple, users: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """One study's observed (x, y) and, with `users`, its centred user noise rows (the resampling pool)."""
+    m, reliability, rho, kappa = cell
+    x, y = true_means(rng, m, rho, 1)
+    if users is None:
+        e, f = noise(rng, m, reliability, kappa, 1)
+        return x[0] + e[0], y[0] + f[0], None
+    rows = user_noise(rng, m, reliability, kappa, users)
+    mean = rows.mean(0)
+    return x[0] + mean[:m], y[0] + mean[m:], rows - mean
+
+
+def row(cell: tuple, test: str, repetitions: int, draws: int, seed_: int, users: int | None = None) -> str:
     # the studies from their own stream, so that both tests see the same ones
     studies, simulation = (np.random.default_rng(s) for s in np.random.SeedSequence(seed_).spawn(2))
     m, reliability = cell[0], cell[1]
     outcomes = {"all": [], "printed": []}
     for _ in range(repetitions):
-        (x, y), (e, f) = true_means(studies, m, cell[2], 1), noise(studies, m, reliability, cell[3], 1)
-        x, y = x[0] + e[0], y[0] + f[0]
-        outcome = spread_test(simulation, x, y, cell, draws) if test == "spread" else likelihood_ratio_test(x, y, cell)
+        x, y, pool = study(studies, cell, users)
+        outcome = (spread_test(simulation, x, y, cell, draws, pool) if test == "spread"
+                   else likelihood_ratio_test(x, y, cell))
         outcomes["all"].append(outcome)
         variance = (1 - reliability) / reliability
         if min(1 - variance * m / (x @ x), 1 - variance * m / (y @ y)) >= MIN_RELIABILITY:
@@ -118,13 +143,16 @@ def main() -> None:
     parser.add_argument("--repetitions", type=count, default=2000)
     parser.add_argument("--draws", type=count, default=999, help="simulated studies per test (spread)")
     parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument("--noise-users", type=count, metavar="USERS",
+                        help="draw the spread test's noise by resampling this many simulated users, as persalign does "
+                             "(default: from its true law)")
     args = parser.parse_args()
     print("| test | methods | reliability | true ρ | noise corr | all: interval below / above ρ / covered "
           "| printed: below / above / covered | printed |")
     print("|---|---|---|---|---|---|---|---|")
     for cell in args.cells:
         for test in args.test:
-            print(row(cell, test, args.repetitions, args.draws, args.seed), flush=True)
+            print(row(cell, test, args.repetitions, args.draws, args.seed, args.noise_users), flush=True)
 
 
 if __name__ == "__main__":
