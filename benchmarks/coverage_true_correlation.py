@@ -2,10 +2,10 @@
 reliability 0.3 / 0.5 / 0.9, true ρ 0 / 0.5 / 0.9, Pearson / Spearman / Kendall, 16 users; beside it the Fisher-z
 interval of the observed means (the only one printed before) on the same studies.
 
-Each row: the share of printed intervals covering the true value (the statistic's population value for the
-true means' ρ), the share of studies where one was printed, the share where no ρ fits (an empty confidence set,
-`no_fit`; the rest: "too noisy to tell"), the coverage counting those as misses (a confidence set's coverage in
-the textbook sense), and the CPU milliseconds the true-means interval took per study. One interval of
+Each row: the share of confidence sets covering the true value (the statistic's population value for the
+true means' ρ; a set no ρ fits, `no_fit`, is empty and counts as a miss), the same over the printed intervals
+alone, the share of studies where one was printed, the share where no ρ fits (the rest: "too noisy to tell"),
+and the CPU milliseconds the true-means interval took per study. One interval of
 ρ serves the three statistics (analysis/true_correlation.py), so the default `--statistics pearson` measures
 them all; the others draw other studies (each cell's seed comes from its name). Each interval here draws the tests'
 COVERAGE_DRAWS (199) studies per candidate ρ; reports draw DRAWS (999): docs/design-notes.md "Whitening".
@@ -82,12 +82,12 @@ def row(cell_: tuple[str, int, float, float], repetitions: int, seed: int | None
                                 design=design)
     per_study = (time.process_time() - started) / repetitions  # CPU seconds of the true-means interval
     empty = sum(no_fit) / repetitions
-    with_empty = covered * printed / (printed + empty) if printed + empty else float("nan")
+    of_printed = covered * (printed + empty) / printed if printed else float("nan")  # the empty sets left out
     old_covered, old_printed = coverage(statistic, methods, rho, reliability, repetitions, seed,
                                         interval=observed_means_interval, design=design)
     old_text = f"{old_covered:.3f}" if old_printed else "none printed"
-    return (f"| {statistic} | {methods} | {reliability:g} | {rho:g} | {covered:.3f} | {printed:.2f} | {empty:.3f} "
-            f"| {with_empty:.3f} | {old_text} | {per_study * 1000:.1f} |")
+    return (f"| {statistic} | {methods} | {reliability:g} | {rho:g} | {covered:.3f} | {of_printed:.3f} | {printed:.2f} "
+            f"| {empty:.3f} | {old_text} | {per_study * 1000:.1f} |")
 
 
 def main() -> None:
@@ -112,8 +112,8 @@ def main() -> None:
                         help="the reliability below which no interval is printed (default: persalign's "
                              f"{true_correlation.MIN_RELIABILITY}; --min-reliability=-inf prints every study's)")
     args = parser.parse_args()
-    print("| statistic | methods | reliability | true ρ | true-means coverage | printed | no ρ fits "
-          "| coverage counting those as misses | observed-means (Fisher z) coverage | true-means CPU ms / study |")
+    print("| statistic | methods | reliability | true ρ | true-means coverage | of the printed intervals | printed "
+          "| no ρ fits | observed-means (Fisher z) coverage | true-means CPU ms / study |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     grid = [(statistic, methods, reliability, rho) for statistic in args.statistics for methods in (6, 10, 20)
             for reliability in (0.3, 0.5, 0.9) for rho in (0.0, 0.5, 0.9)]

@@ -24,7 +24,7 @@ def test_an_interval_that_spans_every_correlation_is_said_to_carry_no_informatio
 
 
 def test_a_study_no_correlation_fits_is_not_called_too_noisy():
-    """Every candidate ρ rejected is an empty confidence set (0.3-1.5 % of the coverage simulations' studies): the
+    """Every candidate ρ rejected is an empty confidence set (up to 1.9 % of the coverage simulations' studies): the
     data are more extreme than any true correlation allows with this noise. faf7942 printed it as "too noisy to tell
     (no correlation fits the data; ≈ 20 users would make it estimable)" beside reliabilities 0.45 / 0.51."""
     rng = np.random.default_rng(3)

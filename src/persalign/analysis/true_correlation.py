@@ -17,14 +17,15 @@ Finding 1 direction). With the per-user rows this noise is measured, not assumed
   in which the methods err together (on the news study the methods that chose λ = 0 all decode greedily)
   counts by how much of it is real, so shared noise no longer reads as true spread or correlation. For each
   candidate ρ (a grid in Fisher-z) that statistic's distribution is simulated with noise drawn by resampling
-  the users (each user's row whitened by maps fitted without that user: `noise_pool`) and true means of
-  correlation ρ (a bivariate normal's shape) scaled so that each metric's simulated whitened means spread
-  exactly as the observed ones do: the observed spread is known, only its split into true differences and
-  noise is not (letting it vary, as plugging in an estimate did, made the test too wide at ρ = 0.9:
-  docs/design-notes.md); a ρ whose two-sided p-value ≥ 5 % is kept. Common random numbers across the grid
-  keep the accepted set an interval. One interval of ρ for all three statistics, stated on each one's
-  population scale (Pearson ρ; Spearman (6/π) asin(ρ/2); Kendall (2/π) asin ρ); the observed rank
-  statistic is printed beside it.
+  the users (rows whitened by maps fitted without their user: `noise_pool`; each draw's 2 × 2 spread damped to
+  unbiased moments: analysis/noise_draws.py) and true means of correlation ρ (a bivariate normal's shape)
+  scaled so that each metric's simulated whitened means spread exactly as the observed ones do: the observed
+  spread is known, only its split into true differences and noise is not (letting it vary made the test too
+  wide at ρ = 0.9: docs/design-notes.md); a ρ whose two-sided p-value ≥ 5 % is kept, common random numbers
+  across the grid. One interval of ρ for all three statistics, stated on each one's population scale (Pearson
+  ρ; Spearman (6/π) asin(ρ/2); Kendall (2/π) asin ρ); the observed rank statistic is printed beside it. Where
+  every ρ is rejected the set is empty (`no_fit`: the data more extreme than any ρ gives with this noise, not
+  a verdict of noise), with the most compatible ρ as its point.
 
 ρ is a population value, like the observed Fisher-z interval's: the correlation of the true means of methods
 drawn like these (the simulation draws new true means at every ρ). The listed methods' own realised correlation
@@ -32,13 +33,9 @@ it covers more often than 95 % (0.957-1.000: benchmarks/coverage_realised_correl
 
 The noise correlation between the two metrics is reported beside the reliabilities: the coverage grid was
 measured at 0.3 (the news study measures 0.07-0.22); at 0.6 with reliability 0.3 the interval reads the noise
-the metrics share as correlation (coverage 0.905-0.914), and the report says so: the studies it prints are those
+the metrics share as correlation (coverage 0.911-0.925), and the report says so: the studies it prints are those
 whose observed spread is large, where the noise is larger than the simulation draws it (docs/design-notes.md
 "Spread"; benchmarks/spread_conditioning.py shows it with the noise known exactly).
-
-Where every candidate ρ is rejected (the observed statistic lies beyond the central 95 % of what each ρ gives with
-this noise; 0.3-1.5 % of the coverage simulations' studies, at most at ρ = 0.9) the result says so (`no_fit`), with
-the most compatible ρ as its point: an empty confidence set, not a verdict of noise.
 
 No interval where a metric's true spread is estimated ≤ 0 or its reliability below MIN_RELIABILITY ("the
 methods differ by less than their measurement noise"), with the users that would reach it (where a metric
@@ -55,19 +52,22 @@ import functools
 
 import numpy as np
 
+from persalign.analysis.noise_draws import damped
+
 MIN_NOISE_USERS = 8  # users below which the noise covariance is not estimated (the means' intervals need as many)
 MIN_TRUE_METHODS = 6  # the fewest methods the coverage was measured at (docs/design-notes.md)
 MIN_RELIABILITY = 0.2  # below it the verdict "too noisy to tell" with the users needed, not a near-whole-range
 # interval; printed there the intervals would cover (0.956-0.981 at reliability 0.1-0.3). The floor keeps the
 # studies whose observed spread is large, where the test is least calibrated (design-notes.md "Spread")
 MEASURED_NOISE_CORRELATION = 0.3  # the metrics' noise correlation the grid was measured at; at 0.6 and
-# reliability 0.3 coverage fell to 0.905-0.914, shared noise read as correlation (design-notes.md)
+# reliability 0.3 coverage fell to 0.911-0.925, shared noise read as correlation (design-notes.md)
 GRID = np.tanh(np.linspace(-3.5, 3.5, 71))  # candidate ρ, even in Fisher-z
 DRAWS = 999  # simulated studies per candidate ρ. With 199 (the coverage grid's, for its time) an end of the news
 # study's intervals moved by sd 0.09-0.10 between seeds, with 999 by 0.03-0.05; coverage at 999 on 10 grid cells
 # within ±1.3 points of 199's on the same studies (docs/design-notes.md "Whitening")
 LEFT_OUT_BLOCK = 64  # users whose leave-one-out whitening maps are fitted as one stacked eigh
-PROCEDURE = "test inversion on whitened means, true means normal at the observed spread, noise by resampling users"
+PROCEDURE = ("test inversion on whitened means, true means normal at the observed spread, noise by resampling "
+             "users, each draw's spread damped to unbiased moments")
 
 
 def population_scale(statistic: str, rho):
@@ -190,7 +190,7 @@ def simulated_statistics(parts: dict, maps: tuple, draws: int, seed: int) -> np.
     rng = np.random.default_rng(seed)
     pool, means = noise_pool(parts), parts["means"]
     n, k = len(pool), len(means) // 2
-    noise = pool[rng.integers(0, n, size=(draws, n))].mean(1)  # (draws, 2(k − 1))
+    noise = damped(pool[rng.integers(0, n, size=(draws, n))].mean(1), pool)  # (draws, 2(k − 1)): noise_draws.py
     z1, z2 = rng.standard_normal((2, draws, k))
     rho = GRID[:, None, None]
     shape_y = rho * z1 + np.sqrt(1 - rho ** 2) * z2

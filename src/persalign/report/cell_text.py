@@ -49,7 +49,7 @@ def true_means_text(true: dict | None) -> str:
     if true.get("no_fit"):  # an empty confidence set: the data are more extreme than any ρ allows, not too noisy
         return (f"true means: no correlation fits the data (the observed one lies outside the central "
                 f"{true.get('level', 0.95) * 100:.0f} % of what every true correlation gives with this noise; nearest "
-                f"{true['point']:+.2f}; by chance in up to 1.5 % of the coverage simulations' studies; {rel}"
+                f"{true['point']:+.2f}; by chance in up to 2 % of the coverage simulations' studies; {rel}"
                 f"{_merged(true)})")
     if true["low"] is None:
         users = ""

@@ -1,0 +1,81 @@
+"""Noise draws whose spread varies as the real noise's: each resampled draw's 2 × 2 Gram damped to unbiased moments.
+
+The true-means interval (analysis/true_correlation.py) draws the whitened means' noise by resampling users. Their
+covariance S is measured from n users in up to 2(k − 1) dimensions, and its spectrum is spread (Marchenko–Pastur),
+so the Gram G = [[|e_x|², e_x·e_y], [e_x·e_y, |e_y|²]] of a resampled draw varies more than the real noise's: on a
+toy where nothing else is estimated, 16 users' resampled noise covered 0.976 at 20 methods and ρ = 0.9 against
+0.956 for noise from its true law (benchmarks/spread_conditioning.py --noise-users 16). For normal noise of
+covariance K = C / n, Cov(G_ab, G_cd) = tr K_ac K_db + tr K_ad K_cb, and each trace has an unbiased estimate from S
+(Wishart moments, f = n − 1 degrees of freedom):
+
+    E tr(S M S N)      = X₁ + (X₂ + Y) / f,   X₁ = tr(C M C N),  X₂ = tr(C Mᵀ C N),  Y = tr(C M) tr(C N)
+    E tr(S Mᵀ S N)     = X₂ + (X₁ + Y) / f
+    E tr(S M) tr(S N)  = Y + (X₁ + X₂) / f
+
+Each draw keeps its directions: (e_x, e_y) is mapped by the 2 × 2 matrix that takes its Gram G to
+Ḡ + L_true L_draws⁻¹ (G − Ḡ) (Ḡ the draws' mean, L the Cholesky factors of the Gram entries' covariance, estimated
+and among the draws), so the draws' Gram has the estimated second moments while every direction the users measured
+(methods that err together) stays where it was.
+
+    pytest tests/test_true_correlation.py
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+ENTRIES = (("x", "x"), ("y", "y"), ("x", "y"))  # the Gram's three distinct entries
+
+
+def gram(noise_x: np.ndarray, noise_y: np.ndarray) -> np.ndarray:
+    """(..., 3): |e_x|², |e_y|², e_x·e_y of each draw."""
+    return np.stack([(noise_x * noise_x).sum(-1), (noise_y * noise_y).sum(-1), (noise_x * noise_y).sum(-1)], -1)
+
+
+def gram_covariance(pool: np.ndarray, contrasts: int) -> np.ndarray:
+    """(3, 3) covariance of the Gram entries of the mean of `len(pool)` rows' noise, from the rows (centred, (n, 2m)):
+    the unbiased estimates above."""
+    n = len(pool)
+    f = n - 1
+    sample = pool.T @ pool / f
+    selector = {"x": np.eye(2 * contrasts)[:contrasts], "y": np.eye(2 * contrasts)[contrasts:]}
+    system = np.full((3, 3), 1 / f) + np.eye(3) * (1 - 1 / f)
+
+    def trace_of_products(a: str, c: str, d: str, b: str) -> float:  # tr K_ac K_db
+        m, n_ = selector[c].T @ selector[d], selector[b].T @ selector[a]
+        observed = [np.trace(sample @ m @ sample @ n_), np.trace(sample @ m.T @ sample @ n_),
+                    np.trace(sample @ m) * np.trace(sample @ n_)]
+        return float(np.linalg.solve(system, observed)[0]) / n ** 2
+
+    covariance = np.empty((3, 3))
+    for i, (a, b) in enumerate(ENTRIES):
+        for j, (c, d) in enumerate(ENTRIES):
+            covariance[i, j] = trace_of_products(a, c, d, b) + trace_of_products(a, d, c, b)
+    return covariance
+
+
+def _root(entries: np.ndarray, power: float) -> np.ndarray:
+    """(draws, 2, 2) symmetric power of each draw's 2 × 2 Gram given as its three entries."""
+    rows = np.stack([entries[:, 0], entries[:, 2]], -1), np.stack([entries[:, 2], entries[:, 1]], -1)
+    matrices = np.stack(rows, -2)
+    values, vectors = np.linalg.eigh(matrices)
+    return (vectors * np.clip(values, 1e-300, None)[:, None, :] ** power) @ np.swapaxes(vectors, -1, -2)
+
+
+def damped(noise: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """(draws, 2m) resampled noise (x then y) with each draw's Gram moved to the estimated second moments; a draw
+    whose moved Gram would not be positive definite, or a pool whose moments cannot be matched, is left as drawn."""
+    contrasts = noise.shape[-1] // 2
+    noise_x, noise_y = noise[:, :contrasts], noise[:, contrasts:]
+    entries = gram(noise_x, noise_y)
+    mean = entries.mean(0)
+    try:
+        transform = np.linalg.cholesky(gram_covariance(pool, contrasts)) @ np.linalg.inv(
+            np.linalg.cholesky(np.cov(entries.T)))
+    except np.linalg.LinAlgError:
+        return noise
+    moved = mean + (entries - mean) @ transform.T
+    positive = (moved[:, 0] > 0) & (moved[:, 1] > 0) & (moved[:, 0] * moved[:, 1] > moved[:, 2] ** 2)
+    moved = np.where(positive[:, None], moved, entries)
+    pair = _root(moved, 0.5) @ _root(entries, -0.5) @ np.stack([noise_x, noise_y], 1)
+    return np.concatenate([pair[:, 0], pair[:, 1]], -1)
