@@ -34,18 +34,18 @@ def gram(noise_x: np.ndarray, noise_y: np.ndarray) -> np.ndarray:
 
 def gram_covariance(pool: np.ndarray, contrasts: int) -> np.ndarray:
     """(3, 3) covariance of the Gram entries of the mean of `len(pool)` rows' noise, from the rows (centred, (n, 2m)):
-    the unbiased estimates above."""
+    the unbiased estimates above, with M, N the block selectors (tr S_ac S_db, tr S_ad S_cb, tr S_dc tr S_ab)."""
     n = len(pool)
     f = n - 1
     sample = pool.T @ pool / f
-    selector = {"x": np.eye(2 * contrasts)[:contrasts], "y": np.eye(2 * contrasts)[contrasts:]}
-    system = np.full((3, 3), 1 / f) + np.eye(3) * (1 - 1 / f)
+    block = {"x": slice(0, contrasts), "y": slice(contrasts, 2 * contrasts)}
+    part = {(a, b): sample[block[a], block[b]] for a in block for b in block}
+    first_row = np.linalg.inv(np.full((3, 3), 1 / f) + np.eye(3) * (1 - 1 / f))[0]  # X₁ from the three traces
 
-    def trace_of_products(a: str, c: str, d: str, b: str) -> float:  # tr K_ac K_db
-        m, n_ = selector[c].T @ selector[d], selector[b].T @ selector[a]
-        observed = [np.trace(sample @ m @ sample @ n_), np.trace(sample @ m.T @ sample @ n_),
-                    np.trace(sample @ m) * np.trace(sample @ n_)]
-        return float(np.linalg.solve(system, observed)[0]) / n ** 2
+    def trace_of_products(a: str, c: str, d: str, b: str) -> float:  # tr K_ac K_db, unbiased
+        observed = ((part[a, c] * part[b, d]).sum(), (part[a, d] * part[b, c]).sum(),
+                    np.trace(part[d, c]) * np.trace(part[a, b]))
+        return float(first_row @ observed) / n ** 2
 
     covariance = np.empty((3, 3))
     for i, (a, b) in enumerate(ENTRIES):
@@ -54,12 +54,13 @@ def gram_covariance(pool: np.ndarray, contrasts: int) -> np.ndarray:
     return covariance
 
 
-def _root(entries: np.ndarray, power: float) -> np.ndarray:
-    """(draws, 2, 2) symmetric power of each draw's 2 × 2 Gram given as its three entries."""
-    rows = np.stack([entries[:, 0], entries[:, 2]], -1), np.stack([entries[:, 2], entries[:, 1]], -1)
-    matrices = np.stack(rows, -2)
-    values, vectors = np.linalg.eigh(matrices)
-    return (vectors * np.clip(values, 1e-300, None)[:, None, :] ** power) @ np.swapaxes(vectors, -1, -2)
+def _square_root(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each draw's 2 × 2 Gram (three entries) → (draws, 2, 2) symmetric square roots and √det, in closed form:
+    √G = (G + √det G · I) / √(tr G + 2 √det G)."""
+    root_det = np.sqrt(np.clip(entries[:, 0] * entries[:, 1] - entries[:, 2] ** 2, 0, None))
+    scale = np.sqrt(entries[:, 0] + entries[:, 1] + 2 * root_det)
+    xx, yy, xy = (entries[:, 0] + root_det) / scale, (entries[:, 1] + root_det) / scale, entries[:, 2] / scale
+    return np.stack([np.stack([xx, xy], -1), np.stack([xy, yy], -1)], -2), root_det
 
 
 def damped(noise: np.ndarray, pool: np.ndarray) -> np.ndarray:
@@ -75,7 +76,9 @@ def damped(noise: np.ndarray, pool: np.ndarray) -> np.ndarray:
     except np.linalg.LinAlgError:
         return noise
     moved = mean + (entries - mean) @ transform.T
-    positive = (moved[:, 0] > 0) & (moved[:, 1] > 0) & (moved[:, 0] * moved[:, 1] > moved[:, 2] ** 2)
-    moved = np.where(positive[:, None], moved, entries)
-    pair = _root(moved, 0.5) @ _root(entries, -0.5) @ np.stack([noise_x, noise_y], 1)
-    return np.concatenate([pair[:, 0], pair[:, 1]], -1)
+    root_from, root_det = _square_root(entries)
+    moving = (moved[:, 0] > 0) & (moved[:, 1] > 0) & (moved[:, 0] * moved[:, 1] > moved[:, 2] ** 2) & (root_det > 0)
+    root_to, _ = _square_root(np.where(moving[:, None], moved, entries))
+    inverse = root_from[:, ::-1, ::-1] * np.array([[1, -1], [-1, 1]]) / np.where(moving, root_det, 1.0)[:, None, None]
+    pair = root_to @ inverse @ np.stack([noise_x, noise_y], 1)  # √G' (√G)⁻¹ (e_x, e_y): Gram G → G'
+    return np.where(moving[:, None], np.concatenate([pair[:, 0], pair[:, 1]], -1), noise)
