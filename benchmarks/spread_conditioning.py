@@ -17,6 +17,7 @@ noise can change it.
     python benchmarks/spread_conditioning.py                           # the default cells, ~1 min
     python benchmarks/spread_conditioning.py --cells 20/0.3/0/0.6 --test lr --repetitions 2000
     python benchmarks/spread_conditioning.py --test spread --cells 20/0.5/0.9/0.3 --noise-users 16   # users resampled
+    python benchmarks/spread_conditioning.py --test spread --cells 20/0.5/0.9/0.3 --noise-users 16 --damped
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import count, seed  # noqa: E402
+from persalign.analysis.noise_draws import damped  # noqa: E402
 from persalign.analysis.true_correlation import MIN_RELIABILITY, cosine, spread_to  # noqa: E402
 
 CELLS = ["20/0.3/0/0.6", "10/0.3/0/0.6", "20/0.3/0/0.3", "20/0.5/0.9/0.3", "10/0.5/0.9/0.3"]
@@ -55,16 +57,19 @@ def user_noise(rng, m: int, reliability: float, kappa: float, users: int) -> np.
     return np.concatenate([e, f], 1) * np.sqrt(users)
 
 
-def spread_test(rng, x: np.ndarray, y: np.ndarray, cell: tuple, draws: int, pool: np.ndarray | None = None) -> int:
+def spread_test(rng, x: np.ndarray, y: np.ndarray, cell: tuple, draws: int, pool: np.ndarray | None = None,
+                damp: bool = False) -> int:
     """−1 / +1 where the spread-matched test's interval lies below / above the true ρ (the observed statistic in
     the simulated lower / upper 2.5 % at the true ρ), else 0. With `pool` (a study's centred user rows) the noise
-    is drawn as persalign draws it, by resampling the users; without it, from its true law."""
+    is drawn as persalign draws it, by resampling the users (`damp`: each draw's spread then damped as persalign's
+    is, analysis/noise_draws.py); without it, from its true law."""
     m, reliability, rho, kappa = cell
     shape_x, shape_y = true_means(rng, m, rho, draws)
     if pool is None:
         noise_x, noise_y = noise(rng, m, reliability, kappa, draws)
     else:
         resampled = pool[rng.integers(0, len(pool), size=(draws, len(pool)))].mean(1)
+        resampled = damped(resampled, pool) if damp else resampled
         noise_x, noise_y = resampled[:, :m], resampled[:, m:]
     simulated = cosine(spread_to(shape_x, noise_x, x @ x), spread_to(shape_y, noise_y, y @ y))
     simulated = simulated[~np.isnan(simulated)]
@@ -101,14 +106,15 @@ def study(rng, cell: tuple, users: int | None) -> tuple[np.ndarray, np.ndarray, 
     return x[0] + mean[:m], y[0] + mean[m:], rows - mean
 
 
-def row(cell: tuple, test: str, repetitions: int, draws: int, seed_: int, users: int | None = None) -> str:
+def row(cell: tuple, test: str, repetitions: int, draws: int, seed_: int, noise_law: tuple = (None, False)) -> str:
+    """One table row; `noise_law`: (users resampled or None for the true law, whether their draws are damped)."""
     # the studies from their own stream, so that both tests see the same ones
     studies, simulation = (np.random.default_rng(s) for s in np.random.SeedSequence(seed_).spawn(2))
     m, reliability = cell[0], cell[1]
     outcomes = {"all": [], "printed": []}
     for _ in range(repetitions):
-        x, y, pool = study(studies, cell, users)
-        outcome = (spread_test(simulation, x, y, cell, draws, pool) if test == "spread"
+        x, y, pool = study(studies, cell, noise_law[0])
+        outcome = (spread_test(simulation, x, y, cell, draws, pool, noise_law[1]) if test == "spread"
                    else likelihood_ratio_test(x, y, cell))
         outcomes["all"].append(outcome)
         variance = (1 - reliability) / reliability
@@ -146,13 +152,17 @@ def main() -> None:
     parser.add_argument("--noise-users", type=count, metavar="USERS",
                         help="draw the spread test's noise by resampling this many simulated users, as persalign does "
                              "(default: from its true law)")
+    parser.add_argument("--damped", action="store_true",
+                        help="with --noise-users: damp each resampled draw's spread as persalign does")
     args = parser.parse_args()
+    if args.damped and args.noise_users is None:
+        parser.error("--damped needs --noise-users (the true law's draws need no damping)")
     print("| test | methods | reliability | true ρ | noise corr | all: interval below / above ρ / covered "
           "| printed: below / above / covered | printed |")
     print("|---|---|---|---|---|---|---|---|")
     for cell in args.cells:
         for test in args.test:
-            print(row(cell, test, args.repetitions, args.draws, args.seed, args.noise_users), flush=True)
+            print(row(cell, test, args.repetitions, args.draws, args.seed, (args.noise_users, args.damped)), flush=True)
 
 
 if __name__ == "__main__":

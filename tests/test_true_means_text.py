@@ -28,7 +28,7 @@ def test_a_study_no_correlation_fits_is_not_called_too_noisy():
     data are more extreme than any true correlation allows with this noise. faf7942 printed it as "too noisy to tell
     (no correlation fits the data; ≈ 20 users would make it estimable)" beside reliabilities 0.45 / 0.51."""
     rng = np.random.default_rng(3)
-    for _ in range(41):  # the 41st such study is one no ρ fits (found by search, seed 3)
+    for _ in range(41):  # the 41st study drawn from seed 3 is one no ρ fits (found by search)
         x, y = simulated_rows(rng, 10, 0.9, 0.5)
     result = true_correlation(x, y, "pearson")
     assert result["low"] is None and result["no_fit"] and min(result["reliability"].values()) > 0.4

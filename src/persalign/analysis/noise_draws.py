@@ -15,7 +15,9 @@ covariance K = C / n, Cov(G_ab, G_cd) = tr K_ac K_db + tr K_ad K_cb, and each tr
 Each draw keeps its directions: (e_x, e_y) is mapped by the 2 × 2 matrix that takes its Gram G to
 Ḡ + L_true L_draws⁻¹ (G − Ḡ) (Ḡ the draws' mean, L the Cholesky factors of the Gram entries' covariance, estimated
 and among the draws), so the draws' Gram has the estimated second moments while every direction the users measured
-(methods that err together) stays where it was.
+(methods that err together) stays where it was. A draw whose moved Gram would not be positive definite is left as
+drawn (a one-off over 20 pools each, true ρ 0.5: 0.1 % of the draws at 20 methods / reliability 0.5, 0.5 % at
+10 / 0.3, 2 % for methods in groups of 5, 8 %, up to 15 %, for 6 methods in pairs): there the damping is partial.
 
     pytest tests/test_true_correlation.py
 """
