@@ -59,8 +59,10 @@ def run_batches(fn, prompts, batch):
 
 
 @torch.no_grad()
-def reference_args(policy, rm, method, prompt, lam, k, max_new_tokens):
-    """The reference design: batch 1, prompt prefilled k times into the RM, RM cache copied k times a step."""
+def reference_args(policy, rm, method, prompt, decoding: tuple[float, int, int]):
+    """The reference design: batch 1, prompt prefilled k times into the RM, RM cache copied k times a step;
+    `decoding`: (λ, k, new tokens)."""
+    lam, k, max_new_tokens = decoding
     ids = torch.tensor([prompt], device=policy.device)
     out = policy.model(input_ids=ids, use_cache=True)
     logprobs = torch.log_softmax(out.logits[:, -1].float(), -1)
@@ -161,8 +163,9 @@ def speed_rows(policy, rms, method, prompts, args, max_new) -> dict:
             del measured["stats"]
             result[f"args_{name}_{key}"] = measured
         del result[f"greedy_{key}"]["stats"]
-    reference = run_batches(lambda ps, st: [reference_args(policy, rms["lora_rm"], method, p, args.lam, args.k, max_new)
-                                           for p in ps], prompts, 1)
+    decoding = (args.lam, args.k, max_new)
+    reference = run_batches(lambda ps, st: [reference_args(policy, rms["lora_rm"], method, p, decoding) for p in ps],
+                            prompts, 1)
     del reference["stats"]
     result["reference_lora_rm"] = reference
     for name in rms:

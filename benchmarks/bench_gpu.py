@@ -177,8 +177,8 @@ def bench_architecture(arch: str, args, device: torch.device, dtype: torch.dtype
                                 for name, fn in runs.items()}
         row = out[f"batch{batch}"]
         row["args_over_greedy"] = row["args"]["tokens_per_s"] / row["greedy"]["tokens_per_s"]
-    reference = measure(lambda ps, new: sum(len(reference_args(policy, rm, rm_head, p, 1.0, args.k, new)) for p in ps),
-                        prompts[: args.reference_prompts], 1, device, args.max_new)
+    reference = measure(lambda ps, new: sum(len(reference_args(policy, rm, rm_head, p, (1.0, args.k, new)))
+                                            for p in ps), prompts[: args.reference_prompts], 1, device, args.max_new)
     out["reference"] = reference
     for batch in args.batches:
         for stage in ("args", "args_graph"):

@@ -44,8 +44,10 @@ def per_prefix(policy, method, user, prompt, response):
     return lp, rewards
 
 
-def runner_path(policy, method, backbone, users, prompts, responses, batch_size: int = 16):
-    """(Σ log π, Σ step rewards) exactly as the runner computes them (no memo: every pair is new)."""
+def runner_path(policy, method, backbone, rows: tuple[list, list, list], batch_size: int = 16):
+    """(Σ log π, Σ step rewards) exactly as the runner computes them (no memo: every pair is new); `rows`:
+    (users, prompts, responses)."""
+    users, prompts, responses = rows
     lp = logprob_sums(policy, prompts, responses, batch_size)
     _, step_sums = reward_sums(method, backbone, users, prompts, responses)
     return lp, step_sums
@@ -71,12 +73,12 @@ def main() -> None:
     rejected = [formatter.response_ids(p.rejected) for p in pairs]
 
     # Warm-up (first-call allocations) on one pair, outside both timings.
-    runner_path(policy, method, RewardBackbone(policy, "warm"), users[:1], prompts[:1], chosen[:1])
+    runner_path(policy, method, RewardBackbone(policy, "warm"), (users[:1], prompts[:1], chosen[:1]))
     per_prefix(policy, method, users[0], prompts[0], chosen[0][:2])
 
     start = time.perf_counter()
     backbone = RewardBackbone(policy, "bench")  # shared frozen backbone, in-memory only
-    lp, r_sum = runner_path(policy, method, backbone, users * 2, prompts * 2, chosen + rejected)
+    lp, r_sum = runner_path(policy, method, backbone, (users * 2, prompts * 2, chosen + rejected))
     one_pass_s = time.perf_counter() - start
     s_fast = s_rgd(lp, r_sum, args.lam)
 

@@ -57,13 +57,13 @@ def user_noise(rng, m: int, reliability: float, kappa: float, users: int) -> np.
     return np.concatenate([e, f], 1) * np.sqrt(users)
 
 
-def spread_test(rng, x: np.ndarray, y: np.ndarray, cell: tuple, draws: int, pool: np.ndarray | None = None,
-                damp: bool = False) -> int:
+def spread_test(rng, x: np.ndarray, y: np.ndarray, cell: tuple, draws: int, noise_pool: tuple = (None, False)) -> int:
     """−1 / +1 where the spread-matched test's interval lies below / above the true ρ (the observed statistic in
-    the simulated lower / upper 2.5 % at the true ρ), else 0. With `pool` (a study's centred user rows) the noise
-    is drawn as persalign draws it, by resampling the users (`damp`: each draw's spread then damped as persalign's
-    is, analysis/noise_draws.py); without it, from its true law."""
+    the simulated lower / upper 2.5 % at the true ρ), else 0. `noise_pool`: (a study's centred user rows, whether
+    to damp). With the rows the noise is drawn as persalign draws it, by resampling the users (damped: each draw's
+    spread then damped as persalign's is, analysis/noise_draws.py); without them, from its true law."""
     m, reliability, rho, kappa = cell
+    pool, damp = noise_pool
     shape_x, shape_y = true_means(rng, m, rho, draws)
     if pool is None:
         noise_x, noise_y = noise(rng, m, reliability, kappa, draws)
@@ -114,7 +114,7 @@ def row(cell: tuple, test: str, repetitions: int, draws: int, seed_: int, noise_
     outcomes = {"all": [], "printed": []}
     for _ in range(repetitions):
         x, y, pool = study(studies, cell, noise_law[0])
-        outcome = (spread_test(simulation, x, y, cell, draws, pool, noise_law[1]) if test == "spread"
+        outcome = (spread_test(simulation, x, y, cell, draws, (pool, noise_law[1])) if test == "spread"
                    else likelihood_ratio_test(x, y, cell))
         outcomes["all"].append(outcome)
         variance = (1 - reliability) / reliability
