@@ -128,3 +128,30 @@ def test_a_cut_input_keeps_the_response_and_ties_from_cutting_are_counted(classi
     method.tokenizer.truncation_side, method.memo = "right", {}  # the old behaviour
     rewards, _ = method.candidate_rewards([prompt], [[]], candidates)
     assert len(set(rewards[0].tolist())) == 1 and method.truncation_ties == 1
+
+
+def test_ties_from_cutting_are_counted_from_the_token_ids_whatever_float_noise_each_batch_row_adds(classifier_dir,
+                                                                                                   tiny_lm):
+    """Issue #74: on an Intel Xeon the four cut-to-one-text candidates scored 0.12179452180862427 three times and
+    0.12179452925920486 once (their batch rows), so the tie read 0. Here each row's logit carries its own last-bit
+    noise on purpose: the tie is still counted, and the identical inputs get one reward."""
+    from persalign.rewards.hf_rm import HFRewardSettings
+
+    method = METHODS.get("hf_rm")(0, HFRewardSettings(model=str(classifier_dir), max_length=8))
+    method.tokenizer.chat_template = "{% for m in messages %}{{ m['content'] + ' ' }}{% endfor %}"
+    method.tokenizer.truncation_side = "right"  # cutting the end: the four candidates become one text
+    method.bind(tiny_lm)
+    forward = method.classifier.forward
+
+    def noisy_rows(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        out.logits = out.logits + torch.arange(len(out.logits), dtype=out.logits.dtype)[:, None] * 1e-7
+        return out
+
+    method.classifier.forward = noisy_rows
+    prompt = tiny_lm.tokenizer.encode("write the headline of the user " * 6, add_special_tokens=False)
+    candidates = torch.tensor([[tiny_lm.tokenizer.convert_tokens_to_ids(c) for c in ("a", "b", "c", "d")]])
+    rewards, read = method.candidate_rewards([prompt], [[]], candidates)
+    assert max(read[0]) == 8
+    assert method.truncation_ties == 1
+    assert len(set(rewards[0].tolist())) == 1  # one input, one reward

@@ -53,3 +53,19 @@ def test_damped_draws_keep_their_mean_and_take_the_estimated_spread():
     moved_x = np.split(moved, 2, -1)[0]
     coefficients = np.linalg.lstsq(plane[0].T, moved_x[0], rcond=None)[0]
     assert np.allclose(plane[0].T @ coefficients, moved_x[0])
+
+
+def test_a_draw_with_no_noise_is_left_as_drawn_without_a_nan_or_a_warning():
+    """Issue #74: a resampled draw whose users were all one (noise exactly 0) divided 0 by 0 (RuntimeWarning,
+    a NaN inside the draws, tests/test_analysis.py). It is left as drawn: zero."""
+    import warnings
+
+    rng = np.random.default_rng(2)
+    pool = user_rows(rng)
+    noise = pool[rng.integers(0, USERS, (400, USERS))].mean(1)
+    noise[:5] = 0.0  # five draws with no noise
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        moved = damped(noise, pool)
+    assert np.isfinite(moved).all()
+    assert (moved[:5] == 0).all()

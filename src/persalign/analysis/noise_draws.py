@@ -60,7 +60,9 @@ def _square_root(entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each draw's 2 × 2 Gram (three entries) → (draws, 2, 2) symmetric square roots and √det, in closed form:
     √G = (G + √det G · I) / √(tr G + 2 √det G)."""
     root_det = np.sqrt(np.clip(entries[:, 0] * entries[:, 1] - entries[:, 2] ** 2, 0, None))
+    # a draw with no noise at all (every resampled user the same) has G = 0 and the root 0: no 0 / 0
     scale = np.sqrt(entries[:, 0] + entries[:, 1] + 2 * root_det)
+    scale = np.where(scale > 0, scale, 1.0)
     xx, yy, xy = (entries[:, 0] + root_det) / scale, (entries[:, 1] + root_det) / scale, entries[:, 2] / scale
     return np.stack([np.stack([xx, xy], -1), np.stack([xy, yy], -1)], -2), root_det
 

@@ -69,7 +69,10 @@ class HFRewardModel(nn.Module):
         # a text longer than max_length loses its beginning, never the response being judged: cutting the end
         # gave every ARGS candidate the same reward (ARGS silently greedy)
         self.tokenizer.truncation_side = "left"
-        self.memo: dict[tuple[str, str], tuple[float, int]] = {}  # text -> (reward, RM tokens read)
+        self.memo: dict[tuple[str, str], tuple[float, int, tuple]] = {}  # text -> (reward, RM tokens read, ids)
+        # one reward per distinct RM input: texts cut to the same token ids are one input, whichever batch row
+        # scored them (a float can differ in its last bit by row), so a tie from cutting is a fact of the ids
+        self.by_input: dict[tuple, float] = {}
         self.policy_tokenizer = None
         self.truncation_ties = 0  # ARGS steps whose candidates all got one reward from cut inputs (reported)
 
@@ -102,7 +105,7 @@ class HFRewardModel(nn.Module):
                                  self._forward(todo[start : start + self.settings.batch_size])))
         return torch.tensor([self.memo[p][0] for p in pairs], dtype=torch.float32)
 
-    def _forward(self, pairs: list[tuple[str, str]]) -> list[tuple[float, int]]:
+    def _forward(self, pairs: list[tuple[str, str]]) -> list[tuple[float, int, tuple]]:
         inputs = [self.rm_input(p, r) for p, r in pairs]
         text = [i["text"] for i in inputs]
         pair = [i["text_pair"] for i in inputs] if "text_pair" in inputs[0] else None
@@ -110,7 +113,9 @@ class HFRewardModel(nn.Module):
                                return_tensors="pt", add_special_tokens=inputs[0].get("add_special_tokens", True))
         device = next(self.classifier.parameters()).device
         logits = self.classifier(**{k: v.to(device) for k, v in batch.items()}).logits
-        return list(zip(logits[:, 0].float().cpu().tolist(), batch["attention_mask"].sum(1).tolist()))
+        read = [tuple(ids[mask.bool()].tolist()) for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
+        rewards = [self.by_input.setdefault(ids, value) for ids, value in zip(read, logits[:, 0].float().cpu().tolist())]
+        return [(reward, len(ids), ids) for reward, ids in zip(rewards, read)]
 
     # --- the reward interface ------------------------------------------------------------------
     def reward_sums(self, backbone, users, prompts, responses):
@@ -139,9 +144,11 @@ class HFRewardModel(nn.Module):
         k = candidates.shape[1]
         rewards = self.score_texts(pairs).reshape(len(prompts), k).to(candidates.device)
         lengths = [self.memo[p][1] for p in pairs]  # counted as read even when memoised: the cost by design
+        inputs = [self.memo[p][2] for p in pairs]
         read = [lengths[i * k : (i + 1) * k] for i in range(len(prompts))]
         cut = [max(row) >= self.settings.max_length for row in read]
-        self.truncation_ties += sum(c and bool((r == r[0]).all()) for c, r in zip(cut, rewards))
+        same_input = [len(set(inputs[i * k : (i + 1) * k])) == 1 for i in range(len(prompts))]
+        self.truncation_ties += sum(c and same for c, same in zip(cut, same_input))  # from the ids, not the floats
         return rewards, read
 
     def user_ids(self, users: list[str]) -> torch.Tensor:
