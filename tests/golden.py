@@ -72,6 +72,13 @@ chain.json and demo-study.json were stored from a CLI run and from `make demo`'s
 to the files an intermediate version (similarities through torch) stored with `python -m tests.golden`, which
 `make demo` had reproduced; the chain on Ray reproduces chain.json, raw floats included.
 
+Re-stored on 2026-11-29 (issue #74) on an AMD EPYC Zen 5 (family 26 model 2, AVX-512; the pinned AVX2 kernels,
+MKL AUTO): the same numerics record as the EPYC chain.json was stored on, yet the chain's seven BERTScore-F1 means
+came out 1e-7 relative apart (MKL picks its own path by CPU where its branch is AUTO). Compared with the file they
+replace under the off-machine rule: 0 differences (every reported number, λ, printed line and generation the
+same); only those seven means moved. The machine string now names the CPU where MKL's branch is AUTO
+(`machine_of`), so tiny.json and study.json changed in that line only (their values came back identical).
+
 An earlier exception, made once: the raw per-row float32 scores (FLOAT32_COLUMNS) of
 tiny.json and study.json were re-stored when the frozen feature pass became
 padding-free (issue #19). Before, a cached feature carried the float noise of
@@ -257,11 +264,18 @@ def run_small_chain(out_dir: Path) -> dict:
 
 def machine() -> str:
     """What the stored raw floats depend on: torch, its kernel set, MKL's branch and the thread count, which
-    models/numerics.py fixes (the CPU model no longer: every CPU that runs the pinned kernels computes alike)."""
-    from persalign.models.numerics import pin_numerics
+    models/numerics.py fixes, and the CPU where MKL runs its own AUTO path (AMD CPUs)."""
+    from persalign.models.numerics import cpu_identity, pin_numerics
 
-    record = pin_numerics()
-    return f"torch {record['torch']} | {record['kernels']} kernels | MKL {record['mkl']} | {record['threads']} thread(s)"
+    return machine_of(pin_numerics(), cpu_identity())
+
+
+def machine_of(record: dict, cpu: str) -> str:
+    """The machine string of a numerics record. Where MKL's branch is AUTO it picks its code path by the CPU, so
+    two AMD EPYCs with the same record computed BERTScore means 1e-7 apart (a Zen 5 against the CPU chain.json
+    was first stored on, 2026-11-28): the CPU is then part of what raw floats depend on."""
+    text = f"torch {record['torch']} | {record['kernels']} kernels | MKL {record['mkl']} | {record['threads']} thread(s)"
+    return f"{text} | CPU {cpu}" if record["mkl"] == "AUTO" else text
 
 
 def load_golden(which: str) -> tuple[dict, bool]:

@@ -65,3 +65,15 @@ def test_a_run_that_differs_from_the_stored_numbers_is_named_with_its_first_diff
     said = capsys.readouterr().out
     assert "NOT the numbers stored in tests/golden/study.json" in said and "Zero-Shot" in said, said
     assert "/generation" in said and "not what it wrote" in said, said
+
+
+def test_where_mkl_runs_its_own_path_another_cpu_is_another_machine():
+    """On an AMD EPYC (MKL branch AUTO: MKL picks its code path by CPU) a Zen 5 computed the chain's BERTScore
+    means 1e-7 apart from the EPYC chain.json was stored on, with the same numerics record: the golden's machine
+    names the CPU there, so such a CPU is compared by what is reported, not bit for bit (issue #74)."""
+    from tests.golden import machine_of
+
+    auto = {"torch": "2.13.0+cpu", "kernels": "AVX2", "mkl": "AUTO", "threads": 1}
+    pinned = {**auto, "mkl": "AVX2"}
+    assert machine_of(auto, "AuthenticAMD family 26 model 2") != machine_of(auto, "AuthenticAMD family 25 model 1")
+    assert machine_of(pinned, "GenuineIntel family 6 model 143") == machine_of(pinned, "GenuineIntel family 6 model 106")

@@ -64,6 +64,13 @@ def cpu_name_and_vendor() -> tuple[str, str]:
             fields.get("vendor_id", "unknown"))
 
 
+def cpu_identity() -> str:
+    """Vendor, family and model of the CPU ('AuthenticAMD family 26 model 2'): virtual machines often report one
+    model name ('AMD EPYC') for CPUs whose MKL code paths differ."""
+    fields = _cpuinfo()
+    return f"{fields.get('vendor_id', platform.machine())} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+
+
 def portable_kernels_wanted() -> bool:
     """Whether this process should compute with PORTABLE_KERNELS: the CPU runs AVX2 and the user did not ask
     for the native ones."""
