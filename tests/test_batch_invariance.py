@@ -51,6 +51,7 @@ def test_tie_rule_absorbs_the_measured_batch_drift():
     assert ranking_accuracy([1.0 + 1e-6, 2.0], [1.0, 1.0]) == {"accuracy": 50.0, "ties": 50.0, "n": 2}
 
 
+@pytest.mark.slow
 @pytest.mark.needs_models
 def test_real_model_scores_drift_with_batch_size_but_outcomes_do_not():
     import numpy as np

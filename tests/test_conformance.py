@@ -103,6 +103,7 @@ def group_accuracy(method, name, backbone, lm, group) -> float:
     return evaluate_pairs(method, backbone, data)["accuracy"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PERSONALIZED)
 def test_personalized_methods_serve_both_opposite_groups(name, fitted, backbone, tiny_lm):
     method = fitted(name)

@@ -83,6 +83,7 @@ def damage(path: Path, how: str, where: float) -> None:
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(kind=st.sampled_from(KINDS), how=st.sampled_from(["truncate", "flip", "garbage"]),
        where=st.floats(0.0, 0.99), redo=st.booleans())
+@pytest.mark.slow
 def test_a_damaged_file_gives_the_same_results_or_a_line_naming_it(finished, tmp_path_factory, capsys,
                                                                     kind, how, where, redo):
     work = tmp_path_factory.mktemp("damaged")

@@ -30,6 +30,7 @@ def test_the_tiny_end_to_end_study_gives_the_pinned_numbers(tmp_path, cache_dir)
     assert_same(expected, json.loads(json.dumps(run_tiny_study(tmp_path / "study"))), same_machine=same_machine)
 
 
+@pytest.mark.slow
 @pytest.mark.needs_models
 def test_the_whole_chain_gives_the_pinned_numbers_from_any_folder_and_thread_count(tmp_path):
     """`persalign study demo` at the small size of tests/golden.py's SMALL_CHAIN (SmolLM2, BERTScore, both reward

@@ -12,12 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 # the script's python3 is this environment's; wheelhouse/ (if fetched here) holds the GPU image's Python's wheels
 ENV = {**os.environ, "PYTHON": sys.executable, "WHEELHOUSE": str(ROOT / "no-wheelhouse")}
 
 
+@pytest.mark.slow
 def test_the_dry_run_runs_every_step_and_writes_its_figures(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT), "--cpu-dry-run", "--out", str(tmp_path)], capture_output=True,
                           text=True, timeout=600, env=ENV)
@@ -46,6 +49,7 @@ def test_the_dry_run_runs_every_step_and_writes_its_figures(tmp_path):
     assert "| tiny | 4 |" in report and "| generation |" in report and "P-DPO step at tiny" in report
 
 
+@pytest.mark.slow
 def test_without_cuda_the_check_stops_at_its_first_step_in_one_line(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT), "--out", str(tmp_path)], capture_output=True, text=True, timeout=300,
                           env=ENV)

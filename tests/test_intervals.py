@@ -32,6 +32,7 @@ def coverage(sampler, truth, users, repetitions=2000, seed=0, procedure=mean_int
     return covered / printed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("users", [8, 13, 30])
 @pytest.mark.parametrize("name", list(SAMPLERS))
 def test_a_mean_over_users_covers_93_to_97_percent(name, users):
@@ -49,6 +50,7 @@ def test_the_percentile_bootstrap_it_replaces_undercovers_at_8_users():
     assert covered / 1000 < 0.92
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("users", [8, 13, 30])
 def test_a_paired_difference_covers_and_has_the_stated_power(users):
     """Δ vs greedy: skewed per-user differences; the stated detectable difference is found ≈ 80 % of the time."""
@@ -68,6 +70,7 @@ def mostly_identical(rng, n):
     return values
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("users", [8, 13, 16, 30])
 def test_mostly_identical_outputs_give_at_most_5_percent_false_positives(users):
     """Hall's interval alone (the Δ column before, f3d1e41) read Δ ≠ 0 in 11-12 % of such null studies at 13-16
@@ -79,6 +82,7 @@ def test_mostly_identical_outputs_give_at_most_5_percent_false_positives(users):
         assert 1 - coverage(mostly_identical, 0.0, users, repetitions=3000, bounds=(-100, 100)) > 0.08  # Hall's
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("users", [8, 13, 30])
 def test_a_difference_of_lognormal_values_keeps_its_coverage(users):
     """Per-user values lognormal (σ = 1) for both deployments: Hall's alone covered 91-93 %."""
@@ -122,6 +126,7 @@ def correlation_coverage(statistic: str, methods: int, rho: float, repetitions: 
 
 @pytest.mark.parametrize("statistic,methods", [("pearson", 4), ("kendall", 6), ("spearman", 8), ("pearson", 10),
                                                ("kendall", 10), ("spearman", 10)])
+@pytest.mark.slow
 @pytest.mark.parametrize("rho", [0.0, 0.5])
 def test_a_correlation_across_methods_covers_93_to_97_percent(statistic, methods, rho):
     assert 0.93 <= correlation_coverage(statistic, methods, rho) <= 0.97

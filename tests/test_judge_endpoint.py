@@ -46,6 +46,7 @@ def served_tiny_model(tmp_path, tiny_lm):
         server.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_a_served_judge_answers_as_the_same_model_in_process(served_tiny_model, tiny_lm):
     url, name = served_tiny_model
     contexts, queries = ["The user's rubric:\n- short answers"] * 3, [f"Question {i}?" for i in range(3)]

@@ -34,6 +34,7 @@ def test_auto_device_on_cpu_is_float32():
     assert resolve_dtype("bfloat16", device) == torch.bfloat16
 
 
+@pytest.mark.slow
 @pytest.mark.needs_models
 def test_smollm2_alias_converts_once_and_reloads(tmp_path):
     lm = load_causal_lm("smollm2-135m-instruct", cache_dir=str(tmp_path))

@@ -48,6 +48,7 @@ def family_error(deployments: int, users: int, repetitions: int, adjusted: bool,
     return errors / repetitions
 
 
+@pytest.mark.slow
 def test_holm_keeps_the_tables_family_wise_error_at_5_percent():
     """8 Δ intervals against one greedy baseline at 13 users: some unadjusted interval excludes 0 in a quarter
     of null studies (the verdict before printed only these, f3d1e41); Holm's decision keeps it ≤ 5 %."""

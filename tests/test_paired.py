@@ -39,6 +39,7 @@ def averaged_half_widths(values: np.ndarray, is_icl: np.ndarray, seed: int) -> t
     return differences.mean() - np.mean(widths), differences.mean() + np.mean(widths)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("users,methods", [(8, (4, 6)), (13, (2, 2)), (30, (4, 6))])
 def test_null_simulation_excludes_zero_at_most_seven_percent(users, methods):
     rng, repetitions, excluded, estimates = np.random.default_rng(2028), 200, 0, []
@@ -52,6 +53,7 @@ def test_null_simulation_excludes_zero_at_most_seven_percent(users, methods):
     assert abs(np.mean(estimates)) < 0.4  # unbiased under the null (choosing on the same users: about -0.5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("users", [8, 13, 30])
 def test_with_clear_winners_coverage_is_closer_to_95_percent_than_before(users):
     rng, repetitions = np.random.default_rng(5), 200
@@ -68,6 +70,7 @@ def test_with_clear_winners_coverage_is_closer_to_95_percent_than_before(users):
     assert abs(new / repetitions - 0.95) < abs(old / repetitions - 0.95)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("users", [8, 13])
 def test_the_stated_detectable_difference_is_found_about_80_percent_of_the_time(users):
     sd = 4.0

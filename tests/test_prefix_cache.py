@@ -115,6 +115,7 @@ def test_the_shared_block_is_counted_once_per_user_and_batches_keep_users_togeth
     assert counted >= sum(min(lengths) for lengths in by_user.values())
 
 
+@pytest.mark.slow
 @pytest.mark.needs_models
 def test_smollm2_icl_prompts_from_a_cached_demonstration_block_match_a_full_prefill():
     from persalign.core.prompts import PromptFormatter

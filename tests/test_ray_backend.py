@@ -28,7 +28,7 @@ from persalign.runner.run import run
 from tests.golden import TINY_ALL_DEPLOYMENTS, assert_same, load_golden, view
 
 ray = pytest.importorskip("ray", reason="Ray is the optional extra persalign[ray]; `make test` installs it")
-pytestmark = pytest.mark.xdist_group("ray")  # one local Ray instance at a time (make test runs pytest-xdist)
+pytestmark = [pytest.mark.xdist_group("ray"), pytest.mark.slow]  # one local Ray instance at a time (xdist)
 
 # Few items, one per batch, so a cell runs long enough to be killed after its first batch.
 KILL_CONFIG = ["policies=[tiny-llama]", "data.embedder=hashing-bow", "metrics.names=[rouge]",

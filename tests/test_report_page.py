@@ -4,7 +4,6 @@ overprints and whose means carry error bars."""
 
 import itertools
 import re
-import shutil
 import subprocess
 
 import pytest
@@ -105,7 +104,7 @@ def test_the_page_reads_top_down_with_samples_and_what_next(demo_like):
     assert page.rindex("<h2>") == page.index("<h2>What next") and "persalign plan CONFIG --from-run" in text
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs a headless browser: apt-get install chromium")
+@pytest.mark.needs_browser
 def test_the_page_renders_in_a_headless_browser(demo_like, tmp_path):
     page = build_html_report(demo_like)
     shot = tmp_path / "page.png"

@@ -28,6 +28,7 @@ def test_a_second_run_on_a_locked_directory_is_refused_in_one_line(tmp_path, cap
                 pass
 
 
+@pytest.mark.slow
 def test_two_processes_one_directory_one_refused_the_other_exact(tmp_path, cache_dir):
     """A real second process runs; the in-process run on the same folder is refused; its results are exact."""
     target = tmp_path / "shared"

@@ -163,6 +163,7 @@ def test_html_report_is_valid_and_embeds_figures(tmp_path, cache_dir):
     assert f"<td>{rouge:.2f}</td>" in zero_shot and "±" not in zero_shot  # issue #43: seed-free, no "± 0.00"
 
 
+@pytest.mark.slow
 def test_genarm_and_pdpo_cells_run_and_report_dashes_where_pdpo_has_no_rm(tmp_path, cache_dir):
     from persalign.report.markdown import build_report
 

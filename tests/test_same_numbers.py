@@ -36,6 +36,7 @@ def _golden_values(which: str, out: Path, **env) -> dict:
 HOSTILE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "MKL_ENABLE_INSTRUCTIONS": "SSE4_2"}
 
 
+@pytest.mark.slow
 def test_the_environments_thread_count_and_kernels_change_no_number_not_even_a_raw_float(tmp_path):
     """Before #51 (41e66f0) the tiny run at OMP_NUM_THREADS=1 and =4 differed here in 4 Best-of-N RM scores (on
     the issue's Intel machine a Ray task at 1 thread moved a trained LoRE head by 1.5 %). Before the kernels were
@@ -59,6 +60,7 @@ def _pinned_record(code: str = "", threads: int | None = None, **env) -> dict:
     return json.loads(done.stdout.splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_persalign_computes_with_its_own_threads_and_kernels_whatever_the_environment_says():
     for threads in ("1", "3"):
         assert _pinned_record(OMP_NUM_THREADS=threads)["threads"] == 1
@@ -94,6 +96,7 @@ def test_an_unknown_kernel_choice_is_one_line_naming_the_variable(tmp_path):
                                                 "(the default) or 'native'"]
 
 
+@pytest.mark.slow
 def test_another_matrix_product_kernel_moves_no_reported_number(tmp_path):
     """What a CPU outside the pinned kernel set changes, emulated here: MKL forced onto its other (SSE2) code
     path rounds every matrix product differently (PERSALIGN_KERNELS=native lets the environment choose). Every
@@ -208,6 +211,7 @@ print(hashlib.sha1(neighbours.tobytes()).hexdigest())
 """
 
 
+@pytest.mark.slow
 def test_hard_negatives_do_not_follow_numpys_blas_thread_count():
     """Mined on near-duplicate texts (20 near-copies of each of 40 vectors, as templated headlines are), the
     negatives are the same whatever OMP_NUM_THREADS says. Before, the similarities went through numpy's

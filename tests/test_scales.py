@@ -46,6 +46,7 @@ def cells_of(store, policy: str) -> dict:
     return out
 
 
+@pytest.mark.slow
 def test_each_policy_gets_its_own_trained_parts_equal_to_running_it_alone(tmp_path, cache_dir, more_tiny_models):
     both = run(config_for("[tiny-llama, tiny-llama-128]"), tmp_path / "both", log=lambda *_: None)
     alone = run(config_for("[tiny-llama-128]"), tmp_path / "alone", log=lambda *_: None)

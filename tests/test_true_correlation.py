@@ -86,12 +86,14 @@ def coverage(statistic: str, methods: int, rho: float, reliability: float, repet
     ("pearson", 20, 0.9, 0.5),  # 20 methods over 16 users: 0.979 with the users' noise undamped (94fa2a8)
     ("spearman", 6, 0.9, 0.5),  # 0.994 on d5c2758, whose simulation let each metric's spread vary
     ("kendall", 6, 0.9, 0.9)])  # 0.979 when Kendall's τ was inverted itself: over 6 methods it piles up at 1
+@pytest.mark.slow
 def test_the_true_means_interval_covers_93_to_97_percent(statistic, methods, rho, reliability):
     covered, printed = coverage(statistic, methods, rho, reliability, repetitions=1000)
     assert 0.93 <= covered <= 0.97, (covered, printed)
     assert printed > 0.4
 
 
+@pytest.mark.slow
 def test_where_the_observed_means_interval_fails_the_true_means_interval_holds():
     """Pearson over 10 methods at reliability 0.5: the Fisher-z interval of the observed means (what persalign
     printed alone before, f3d1e41) covers the true means' correlation far below 95 %; the new one does not."""
@@ -140,6 +142,7 @@ def test_a_common_user_effect_changes_nothing():
     assert shifted["reliability"]["x"] == pytest.approx(plain["reliability"]["x"])
 
 
+@pytest.mark.slow
 def test_the_point_estimate_lies_inside_its_interval():
     """The point is the ρ at which the observed statistic is the simulated median. The moment estimate printed
     before (measured at 368eba2) fell outside its own interval in 2 of these 288 printed studies (+1.00 beside
@@ -155,6 +158,7 @@ def test_the_point_estimate_lies_inside_its_interval():
     assert printed > 250
 
 
+@pytest.mark.slow
 def test_noise_the_metrics_share_beyond_the_measured_is_said_where_coverage_falls():
     """With the metrics' noise correlated 0.3 no grid cell stayed below the band at 4000 studies; at 0.6 and
     reliability 0.3 the interval reads the shared noise as correlation (Pearson, 10 methods, true ρ 0: 0.905 in
@@ -175,6 +179,7 @@ def test_noise_the_metrics_share_beyond_the_measured_is_said_where_coverage_fall
     assert said[0.6] >= 25 and said[0.1] == 0, said
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("group", [(5, 0.95), (2, 0.9)])
 def test_methods_that_err_together_keep_the_coverage(group):
     """Methods in groups whose noise correlates 0.95 (groups of 5: their noise spans ~1/6 of the directions
