@@ -187,3 +187,14 @@ def test_a_task_that_fails_for_good_is_reported_and_every_other_cell_kept(ray_en
     assert "train Failing RM | tiny-llama | seed 0:" in message and "this plugin fails on purpose" in message
     stored = {m["decoder"] for m in RunStore(tmp_path / "ray").all_metrics()}
     assert stored == {"Zero-Shot", "Global RM"}
+
+
+def test_ray_and_the_local_pool_give_the_same_numbers(ray_env, tmp_path):
+    """Issue #73: the local pool (ARGS in one shared pass) and Ray (each ARGS cell alone), raw floats included."""
+    from persalign.runner.pool_backend import PoolOptions
+    from persalign.runner.ray_backend import RayOptions
+
+    config = load_config("demo-baselines", TINY_ALL_DEPLOYMENTS)
+    run(config, tmp_path / "ray", log=lambda *_: None, backend=RayOptions())
+    run(config, tmp_path / "pool", log=lambda *_: None, backend=PoolOptions(2))
+    assert_same(json.loads(json.dumps(view(tmp_path / "ray"))), json.loads(json.dumps(view(tmp_path / "pool"))))

@@ -80,9 +80,11 @@ def _cmd_study(args) -> None:
 
 
 def _backend(args):
-    """None for the local backend, else the Ray options of the command line."""
+    """The local pool's options (every core unless --workers says fewer), else the Ray options of the command line."""
     if args.backend == "local":
-        return None
+        from persalign.runner.pool_backend import PoolOptions, available_cores
+
+        return PoolOptions(available_cores() if args.workers is None else args.workers)
     from persalign.runner.ray_backend import RayOptions
 
     return RayOptions(args.address, args.num_cpus, args.num_gpus, args.max_retries)

@@ -68,7 +68,8 @@ def cpu_identity() -> str:
     """Vendor, family and model of the CPU ('AuthenticAMD family 26 model 2'): virtual machines often report one
     model name ('AMD EPYC') for CPUs whose MKL code paths differ."""
     fields = _cpuinfo()
-    return f"{fields.get('vendor_id', platform.machine())} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+    vendor = fields.get("vendor_id", platform.machine())
+    return f"{vendor} family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
 def portable_kernels_wanted() -> bool:

@@ -114,7 +114,8 @@ class HFRewardModel(nn.Module):
         device = next(self.classifier.parameters()).device
         logits = self.classifier(**{k: v.to(device) for k, v in batch.items()}).logits
         read = [tuple(ids[mask.bool()].tolist()) for ids, mask in zip(batch["input_ids"], batch["attention_mask"])]
-        rewards = [self.by_input.setdefault(ids, value) for ids, value in zip(read, logits[:, 0].float().cpu().tolist())]
+        values = logits[:, 0].float().cpu().tolist()
+        rewards = [self.by_input.setdefault(ids, value) for ids, value in zip(read, values)]
         return [(reward, len(ids), ids) for reward, ids in zip(rewards, read)]
 
     # --- the reward interface ------------------------------------------------------------------

@@ -23,20 +23,15 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import socket
 import tempfile
 import time
-from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from persalign.core.errors import ConfigError, PersalignError
 from persalign.models.numerics import KERNELS_ENV
-from persalign.runner.trained import trained_dir
-
-SCRATCH_ENV = "PERSALIGN_SCRATCH_DIR"  # where a worker keeps a task's scratch run dir (default: system temp)
-TASK_LOG_ENV = "PERSALIGN_TASK_LOG"  # optional: one line per task start / end (which worker ran what)
+from persalign.runner.tasks import SCRATCH_ENV, TASK_LOG_ENV
 
 
 @dataclass(frozen=True)
@@ -99,72 +94,6 @@ def check_resources(nodes: list[dict], options: RayOptions) -> None:
                                  f"({key} per node at most {most:g}); ask for fewer")
 
 
-# ---------------------------------------------------------------- worker side
-
-_WORKER_CACHE: dict = {}  # per worker process: the run's data and loaded policies, built once per config
-
-
-def _cached(key, build):
-    if key not in _WORKER_CACHE:
-        _WORKER_CACHE[key] = build()
-    return _WORKER_CACHE[key]
-
-
-def _audit(event: str, what: str, scratch: Path) -> None:
-    path = os.environ.get(TASK_LOG_ENV)
-    if path:
-        with open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"{event}\t{what}\t{socket.gethostname()}:{os.getpid()}\t{scratch}\n")
-
-
-@contextmanager
-def _scratch_policy(config, planned, run_dir: str, inputs: tuple, kind: str):
-    """A policy context over a scratch run dir holding `inputs`; the dir is removed afterwards. Errors
-    name the driver's run dir `run_dir`, where the user will look, instead of the scratch dir."""
-    from persalign.core.typed_yaml import to_dict
-    from persalign.models.numerics import pin_numerics
-    from persalign.runner import cells as local
-
-    pin_numerics(config.threads)  # the config's thread count, whatever this task's CPUs
-    root = Path(tempfile.mkdtemp(prefix=f"persalign-{kind}-{os.getpid()}-", dir=os.environ.get(SCRATCH_ENV)))
-    what = f"{kind} {planned.method_label if kind == 'train' else planned.cell.decoder} seed {planned.cell.seed}"
-    _audit("start", what, root)
-    try:
-        store = local.RunStore(root)
-        for files in inputs:
-            store.write_files(files)
-        key = repr(to_dict(config))
-        data = _cached(("run", key), lambda: local.run_context(config, store, print))
-        lm = _cached(("policy", key, planned.cell.policy), lambda: local.load_policy(config, planned.cell.policy))
-        yield local.policy_context(replace(data, store=store), lm), local.trained_providers(config, store), store
-        _audit("end", what, root)
-    except PersalignError as error:
-        raise PersalignError(str(error).replace(str(root), run_dir)) from None
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-def train_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
-    """Task: fit + adapt the method `planned` needs; its model files."""
-    from persalign.runner.cells import provide_trained
-
-    with _scratch_policy(config, planned, run_dir, inputs, "train") as (policy_ctx, providers, store):
-        provide_trained(planned, policy_ctx, providers)
-        return store.read_files(trained_dir(store, planned).relative_to(store.root))
-
-
-def cell_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
-    """Task: one cell through the one evaluator; the cell's files (and the Best-of-N samples it drew)."""
-    from persalign.runner.cells import run_planned
-
-    with _scratch_policy(config, planned, run_dir, inputs, "cell") as (policy_ctx, providers, store):
-        run_planned(planned, policy_ctx, providers)
-        files = store.read_files(planned.cell.relpath())
-        if planned.properties.reranks_samples:
-            files.update(store.read_files("samples"))
-        return files
-
-
 # ---------------------------------------------------------------- driver side
 
 
@@ -189,70 +118,23 @@ def _connect(options: RayOptions, log):
     return ray
 
 
-class _Submitter:
-    """Submits train and cell tasks with their dependencies; remembers what each pending ref is."""
+class _RayTasks:
+    """Ray as runner/task_graph.py's backend: remote functions, object refs, ray.wait / ray.get."""
 
-    def __init__(self, ray, config, store, options: RayOptions):
-        self.config, self.store, self.pending = config, store, {}
-        resources = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus, "max_retries": options.max_retries}
-        self.train = ray.remote(**resources)(train_files)
-        self.cell = ray.remote(**resources)(cell_files)
-        self.models, self.baselines, self.samples = {}, {}, {}
+    def __init__(self, ray, options: RayOptions):
+        self.ray, self.errors = ray, (ray.exceptions.RayError,)
+        self.resources = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus,
+                          "max_retries": options.max_retries}
 
-    def model(self, planned):
-        """The trained model's files: from the store if complete, else the ref of the one train task."""
-        from persalign.runner.cells import need_key
+    def remote(self, fn):
+        return self.ray.remote(**self.resources)(fn)
 
-        key = need_key(planned)
-        if key not in self.models:
-            where = trained_dir(self.store, planned)
-            if (where / "head.json").exists():
-                self.models[key] = self.store.read_files(where.relative_to(self.store.root))
-            else:
-                self.models[key] = self.train.remote(self.config, planned, str(self.store.root))
-                self.pending[self.models[key]] = ("train", planned)
-        return self.models[key]
+    def wait_one(self, refs: list):
+        (ref,), _ = self.ray.wait(refs, num_returns=1)
+        return ref
 
-    def submit(self, planned) -> None:
-        inputs = [self.store.read_files(planned.cell.relpath())]  # rows of an interrupted local run resume
-        properties = planned.properties
-        if planned.needs:
-            inputs.append(self.model(planned))
-        if properties.compares_with_reference and planned.cell.policy in self.baselines:
-            inputs.append(self.baselines[planned.cell.policy])
-        chain = (planned.cell.policy, planned.cell.seed)
-        if properties.reranks_samples:
-            inputs.append(self.samples.get(chain) or self.store.read_files("samples"))
-        ref = self.cell.remote(self.config, planned, str(self.store.root), *inputs)
-        self.pending[ref] = ("cell", planned)
-        if properties.reference_baseline:
-            self.baselines.setdefault(planned.cell.policy, ref)
-        if properties.reranks_samples:
-            self.samples[chain] = ref
-
-    def baseline_from_store(self, planned) -> None:
-        if planned.properties.reference_baseline:
-            self.baselines.setdefault(planned.cell.policy, self.store.read_files(planned.cell.relpath()))
-
-
-def _wait_all(ray, submitter: _Submitter, progress, log) -> list[str]:
-    """Write each result as it arrives; the failures, one line each."""
-    failures = []
-    while submitter.pending:
-        (ref,), _ = ray.wait(list(submitter.pending), num_returns=1)
-        kind, planned = submitter.pending.pop(ref)
-        what = planned.method_label if kind == "train" else planned.cell.decoder
-        try:
-            submitter.store.write_files(ray.get(ref))
-        except ray.exceptions.RayError as error:
-            failures.append(f"{kind} {what} | {planned.cell.policy} | seed {planned.cell.seed}: "
-                            f"{str(error).strip().splitlines()[-1][:300]}")
-            log(f"FAILED {failures[-1]}")
-            continue
-        if kind == "cell":
-            log(f"{what} | {planned.cell.policy} | seed {planned.cell.seed}: done")
-            progress.tick(what)
-    return failures
+    def get(self, ref):
+        return self.ray.get(ref)
 
 
 def run_cells_on_ray(resolved, out_dir, options: RayOptions, log):
@@ -261,20 +143,16 @@ def run_cells_on_ray(resolved, out_dir, options: RayOptions, log):
     from persalign.runner.cells import open_store
     from persalign.runner.eta import Progress
     from persalign.runner.provenance import peak_memory_mib
+    from persalign.runner.task_graph import Submitter, submit_all, wait_all
 
     started = time.perf_counter()
     store, cells, todo = open_store(resolved, out_dir, log)
     if not todo:
         return store
     ray = _connect(options, log)
-    submitter = _Submitter(ray, resolved.config, store, options)
-    todo_cells = {planned.cell for planned in todo}
-    for planned in cells:
-        if planned.cell in todo_cells:
-            submitter.submit(planned)
-        else:
-            submitter.baseline_from_store(planned)
-    failures = _wait_all(ray, submitter, Progress(len(cells), len(cells) - len(todo), log), log)
+    submitter = Submitter(_RayTasks(ray, options), resolved.config, store)
+    submit_all(submitter, cells, todo)
+    failures = wait_all(submitter, Progress(len(cells), len(cells) - len(todo), log), log)
     log(f"finished in {time.perf_counter() - started:.0f} s on Ray (driver peak memory {peak_memory_mib():.0f} MiB)")
     if failures:
         raise PersalignError(f"{len(failures)} task(s) failed; every other cell is stored in {store.root}, and "

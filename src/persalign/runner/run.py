@@ -32,6 +32,7 @@ from persalign.runner.cells import (  # noqa: F401  (open_store, run_context: al
 )
 from persalign.runner.eta import Progress, planned_work, work_line
 from persalign.runner.lock import locked
+from persalign.runner.pool_backend import PoolOptions, run_cells_on_pool
 from persalign.runner.resolve import ResolvedRun, resolve_run
 from persalign.runner.store import RunStore
 
@@ -40,7 +41,9 @@ def run(config: RunConfig | ResolvedRun, out_dir: str | Path, log=print, backend
     """Every cell of `config` (or of a run already resolved) into `out_dir`, holding the directory's lock (a
     second run is refused).
 
-    `backend` None runs the cells here, one after another; a `ray_backend.RayOptions` runs them as Ray tasks.
+    `backend` None runs the cells here, one after another; a `pool_backend.PoolOptions` runs them on a local pool
+    of single-threaded workers (in this process where it has 1 worker or the device is not the CPU); a
+    `ray_backend.RayOptions` runs them as Ray tasks. Every backend reports the same numbers.
     """
     # every check, once, before the run dir (and its lock) is made
     resolved = config if isinstance(config, ResolvedRun) else resolve_run(config)
@@ -48,11 +51,23 @@ def run(config: RunConfig | ResolvedRun, out_dir: str | Path, log=print, backend
     if late:
         log(late)
     with locked(out_dir, log):
+        if isinstance(backend, PoolOptions):
+            if pooled(resolved.config, backend):
+                return run_cells_on_pool(resolved, out_dir, backend, log)
+            backend = None
         if backend is not None:
             from persalign.runner.ray_backend import run_cells_on_ray  # Ray is an optional extra
 
             return run_cells_on_ray(resolved, out_dir, backend, log)
         return _run_cells(resolved, out_dir, log)
+
+
+def pooled(config: RunConfig, options: PoolOptions) -> bool:
+    """Whether the local pool runs the cells: more than one worker, on the CPU (a GPU's cells share its one
+    device: they run in this process)."""
+    from persalign.models.device import resolve_device
+
+    return options.workers > 1 and resolve_device(config.device).type == "cpu"
 
 
 def _run_cells(resolved: ResolvedRun, out_dir: str | Path, log) -> RunStore:

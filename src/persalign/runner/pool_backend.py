@@ -1,0 +1,217 @@
+"""The local pool: a run's cells on every core of this machine, as single-threaded worker processes.
+
+persalign computes with one torch thread per process (models/numerics.py: the numbers must not depend on the
+thread count), so more cores are used by running tasks side by side: the task graph of runner/task_graph.py on
+a pool of `workers` spawned processes. Each task is the same function, on the same inputs, as in-process (a
+policy's ARGS cells stay rows of one shared pass; the first reward head fills the features cache before the
+others start), so every number is the same at 1, 2 or N workers and on Ray. Each worker keeps the run's data and
+its policy between tasks, and writes its own log to RUN_DIR/logs/worker-N.log.
+
+A worker that dies (killed, out of memory) breaks the pool: it is started again and the tasks that were running
+are retried (`max_retries`). Ctrl-C / SIGTERM of the driver kills every worker before it unwinds, and a worker
+whose driver dies (SIGKILL) is killed by the kernel (PR_SET_PDEATHSIG): no orphan keeps computing. Finished cells
+are written as they arrive, so none is lost; re-running resumes, with any worker count.
+
+    persalign run demo --workers 2
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import os
+import signal
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from persalign.core.errors import ConfigError, PersalignError
+
+PR_SET_PDEATHSIG = 1
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask; a container's CPU set), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class PoolOptions:
+    workers: int  # processes side by side, one torch thread each (the config's `threads`)
+    max_retries: int = 2  # retries of a task whose worker died
+
+    def __post_init__(self):
+        if not isinstance(self.workers, int) or self.workers < 1:
+            raise ConfigError(f"--workers {self.workers!r}: give a whole number of at least 1")
+
+
+def _start_worker(log_path: str, driver: int) -> None:
+    """Each worker: its output to its own log, Ctrl-C left to the driver, and killed with its driver."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the driver's own clean-up still kills its workers
+        pass
+    if os.getppid() != driver:  # the driver died before the line above took effect
+        os._exit(1)
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    os.environ["TQDM_DISABLE"] = "1"
+    from persalign.models.numerics import pin_kernels
+
+    pin_kernels()
+
+
+class TaskFailed(PersalignError):
+    pass
+
+
+@dataclass(eq=False)
+class LocalRef:
+    """A task: waiting for the refs among its args, running on the pool, or finished (result or error)."""
+
+    fn: object
+    args: tuple
+    done: bool = False
+    result: object = None
+    error: Exception | None = None
+    tries: int = 0
+    resolved: tuple = field(default=())
+
+
+class LocalPool:
+    """Task refs over a ProcessPoolExecutor, with the interface runner/task_graph.py expects."""
+
+    errors = (TaskFailed,)
+
+    def __init__(self, options: PoolOptions, log_dir: Path):
+        self.options, self.log_dir = options, Path(log_dir)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.waiting: list[LocalRef] = []
+        self.running: dict = {}  # future -> LocalRef
+        self.executor = None
+        self.started = 0
+
+    def remote(self, fn):
+        pool = self
+
+        class Remote:
+            @staticmethod
+            def remote(*args) -> LocalRef:
+                ref = LocalRef(fn, args)
+                pool.waiting.append(ref)
+                pool._start_ready()
+                return ref
+
+        return Remote
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self.executor is None:
+            self.started += 1
+            log = self.log_dir / f"workers-{self.started}.log"
+            self.executor = ProcessPoolExecutor(self.options.workers, multiprocessing.get_context("spawn"),
+                                                initializer=_start_worker, initargs=(str(log), os.getpid()))
+        return self.executor
+
+    def _start_ready(self) -> None:
+        for ref in list(self.waiting):
+            needs = [arg for arg in ref.args if isinstance(arg, LocalRef)]
+            failed = next((need for need in needs if need.error is not None), None)
+            if failed is not None:
+                self.waiting.remove(ref)
+                ref.done, ref.error = True, TaskFailed(f"a task it needs failed: {failed.error}")
+            elif all(need.done for need in needs):
+                self.waiting.remove(ref)
+                ref.resolved = tuple(arg.result if isinstance(arg, LocalRef) else arg for arg in ref.args)
+                self._launch(ref)
+
+    def _launch(self, ref: LocalRef) -> None:
+        ref.tries += 1
+        self.running[self._pool().submit(ref.fn, *ref.resolved)] = ref
+
+    def wait_one(self, refs: list) -> LocalRef:
+        while True:
+            finished = next((ref for ref in refs if ref.done), None)
+            if finished is not None:
+                return finished
+            if not self.running:
+                raise PersalignError("the local pool has tasks waiting on nothing that runs (a bug of persalign)")
+            futures, _ = wait(list(self.running), return_when=FIRST_COMPLETED)
+            for future in futures:
+                self._settle(future)
+            self._start_ready()
+
+    def _settle(self, future) -> None:
+        ref = self.running.pop(future, None)
+        if ref is None:  # a future of a pool already replaced
+            return
+        try:
+            ref.result, ref.done = future.result(), True
+        except BrokenProcessPool:
+            self._restart(ref)
+        except Exception as error:  # the task's own exception, re-raised by the pool in this process
+            message = str(error).strip() or type(error).__name__
+            ref.done, ref.error = True, TaskFailed(f"{type(error).__name__}: {message}")
+
+    def _restart(self, first: LocalRef) -> None:
+        """A worker died: every task the broken pool held is run again on a new pool, up to max_retries times."""
+        broken = [first] + list(self.running.values())
+        self.running.clear()
+        self.close()
+        for ref in broken:
+            if ref.tries > self.options.max_retries:
+                ref.done, ref.error = True, TaskFailed(f"its worker died {ref.tries} times (killed or out of memory)")
+            else:
+                self._launch(ref)
+
+    def get(self, ref: LocalRef):
+        if ref.error is not None:
+            raise ref.error
+        return ref.result
+
+    def close(self, kill: bool = True) -> None:
+        """Free the pool; `kill`: kill every worker first (a task still running is lost; finished ones are
+        stored), as on Ctrl-C, SIGTERM or a broken pool, where waiting would wait on a whole cell."""
+        executor, self.executor = self.executor, None
+        if executor is None:
+            return
+        for process in list((getattr(executor, "_processes", None) or {}).values()) if kill else []:
+            process.kill()
+        executor.shutdown(wait=True, cancel_futures=True)
+
+
+def run_cells_on_pool(resolved, out_dir, options: PoolOptions, log):
+    """Every cell of the resolved run not yet in `out_dir`, on a local pool; the store (the caller holds its lock)."""
+    import time
+
+    from persalign.runner.cells import open_store, run_context
+    from persalign.runner.eta import Progress
+    from persalign.runner.provenance import peak_memory_mib
+    from persalign.runner.task_graph import Submitter, submit_all, wait_all
+
+    started = time.perf_counter()
+    store, cells, todo = open_store(resolved, out_dir, log)
+    if not todo:
+        return store
+    run_context(resolved.config, store, log)  # data, split, embeddings: computed and cached once, here
+    pool = LocalPool(options, store.root / "logs")
+    log(f"local pool: {options.workers} workers, one torch thread each (their logs: {pool.log_dir})")
+    try:
+        submitter = Submitter(pool, resolved.config, store, shared_args=True)
+        submit_all(submitter, cells, todo)
+        failures = wait_all(submitter, Progress(len(cells), len(cells) - len(todo), log), log)
+    except BaseException:  # Ctrl-C, SIGTERM (raised by the CLI), a bug: no worker outlives the driver's unwinding
+        pool.close(kill=True)
+        raise
+    pool.close(kill=False)
+    log(f"finished in {time.perf_counter() - started:.0f} s on {options.workers} workers "
+        f"(driver peak memory {peak_memory_mib():.0f} MiB)")
+    if failures:
+        raise PersalignError(f"{len(failures)} task(s) failed; every other cell is stored in {store.root}, and "
+                             "re-running the same command runs only what is missing:\n  " + "\n  ".join(failures))
+    return store

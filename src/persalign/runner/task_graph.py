@@ -1,0 +1,134 @@
+"""The planner's cells as a graph of tasks, for any backend that runs tasks in other processes (the local pool,
+runner/pool_backend.py; Ray, runner/ray_backend.py); the driver's run store stays the one source of truth.
+
+A backend gives `remote(fn)` (an object whose `.remote(*args)` starts fn once every task ref among the args has
+its result, and returns a ref), `wait_one(refs)` (a ref that has finished), `get(ref)` (its result, or raises one of
+`errors`). Dependencies are task refs passed as arguments: a deployment waits for the trained model it uses
+(trained once, whatever the number of policies and deployments using it), ARGS for the reference baseline's
+outputs (its win rate), a Best-of-N cell for the samples the previous one of its policy × seed drew. With
+`shared_args` (the local pool) a policy's ARGS cells run as one task, rows of their shared pass as in-process,
+and every reward head after the first waits for it, so the frozen backbone's features are computed once.
+The driver writes what each task returns, atomically, completion markers last (`RunStore.write_files`), as
+results arrive: an interrupted run loses no finished cell, and a re-run runs only what is missing.
+
+    persalign run demo --workers 2
+"""
+
+from __future__ import annotations
+
+from persalign.core.registry import METHODS
+from persalign.runner.tasks import args_pass_files, cell_files, train_files
+from persalign.runner.trained import trained_dir
+
+
+def is_pass_member(planned, config) -> bool:
+    """An ARGS cell of a reward head, decoded in its policy's shared pass (runner/cells.shared_args_pass)."""
+    return config.args.shared_pass and planned.decoder == "args" and planned.needs == "reward_model"
+
+
+class Submitter:
+    """Submits train and cell tasks with their dependencies; remembers what each pending ref is."""
+
+    def __init__(self, backend, config, store, shared_args: bool = False):
+        self.backend, self.config, self.store, self.pending = backend, config, store, {}
+        self.train, self.cell = backend.remote(train_files), backend.remote(cell_files)
+        self.args_pass = backend.remote(args_pass_files) if shared_args else None
+        self.models, self.baselines, self.samples, self.members = {}, {}, {}, {}
+        self.first_features = None  # the first frozen reward head's train task: it fills the features cache
+
+    def model(self, planned):
+        """The trained model's files: from the store if complete, else the ref of the one train task."""
+        from persalign.runner.cells import need_key
+
+        key = need_key(planned)
+        if key not in self.models:
+            where = trained_dir(self.store, planned)
+            if (where / "head.json").exists():
+                self.models[key] = self.store.read_files(where.relative_to(self.store.root))
+            else:
+                after = [self.first_features] if self._fills_features(planned) and self.first_features else []
+                self.models[key] = self.train.remote(self.config, planned, str(self.store.root), *after)
+                self.pending[self.models[key]] = ("train", [planned])
+                if self._fills_features(planned) and self.first_features is None:
+                    self.first_features = self.models[key]
+        return self.models[key]
+
+    def _fills_features(self, planned) -> bool:
+        return (self.args_pass is not None and planned.needs == "reward_model"
+                and self.config.reward.mode == "frozen" and not getattr(METHODS.get(planned.method.name),
+                                                                          "pretrained", False))
+
+    def submit(self, planned) -> None:
+        if self.args_pass is not None and is_pass_member(planned, self.config):
+            self.members.setdefault(planned.cell.policy, []).append(planned)
+            self.model(planned)
+            return
+        inputs = [self.store.read_files(planned.cell.relpath())]  # rows of an interrupted run resume
+        properties = planned.properties
+        if planned.needs:
+            inputs.append(self.model(planned))
+        if properties.compares_with_reference and planned.cell.policy in self.baselines:
+            inputs.append(self.baselines[planned.cell.policy])
+        chain = (planned.cell.policy, planned.cell.seed)
+        if properties.reranks_samples:
+            inputs.append(self.samples.get(chain) or self.store.read_files("samples"))
+        ref = self.cell.remote(self.config, planned, str(self.store.root), *inputs)
+        self.pending[ref] = ("cell", [planned])
+        if properties.reference_baseline:
+            self.baselines.setdefault(planned.cell.policy, ref)
+        if properties.reranks_samples:
+            self.samples[chain] = ref
+
+    def submit_passes(self) -> None:
+        """One task per policy for the ARGS cells collected by `submit` (after every baseline is submitted)."""
+        for policy, members in self.members.items():
+            inputs = [self.store.read_files(p.cell.relpath()) for p in members]
+            inputs += [self.model(p) for p in members]
+            if policy in self.baselines and any(p.properties.compares_with_reference for p in members):
+                inputs.append(self.baselines[policy])
+            inputs.append(self.store.read_files(f"args_pass/{_pass_folder(policy)}"))
+            ref = self.args_pass.remote(self.config, members, str(self.store.root), *inputs)
+            self.pending[ref] = ("cell", members)
+        self.members = {}
+
+    def baseline_from_store(self, planned) -> None:
+        if planned.properties.reference_baseline:
+            self.baselines.setdefault(planned.cell.policy, self.store.read_files(planned.cell.relpath()))
+
+
+def _pass_folder(policy: str) -> str:
+    from persalign.runner.store import folder_name
+
+    return folder_name(policy)
+
+
+def submit_all(submitter: Submitter, cells: list, todo: list) -> None:
+    todo_cells = {planned.cell for planned in todo}
+    for planned in cells:
+        if planned.cell in todo_cells:
+            submitter.submit(planned)
+        else:
+            submitter.baseline_from_store(planned)
+    if submitter.args_pass is not None:
+        submitter.submit_passes()
+
+
+def wait_all(submitter: Submitter, progress, log) -> list[str]:
+    """Write each result as it arrives; the failures, one line each."""
+    backend, failures = submitter.backend, []
+    while submitter.pending:
+        ref = backend.wait_one(list(submitter.pending))
+        kind, planned = submitter.pending.pop(ref)
+        first = planned[0]
+        what = first.method_label if kind == "train" else ", ".join(p.cell.decoder for p in planned)
+        try:
+            submitter.store.write_files(backend.get(ref))
+        except backend.errors as error:
+            failures.append(f"{kind} {what} | {first.cell.policy} | seed {first.cell.seed}: "
+                            f"{str(error).strip().splitlines()[-1][:300]}")
+            log(f"FAILED {failures[-1]}")
+            continue
+        for done in planned if kind == "cell" else []:
+            log(f"{done.cell.decoder} | {done.cell.policy} | seed {done.cell.seed}: done")
+            progress.tick(done.cell.decoder)
+    return failures

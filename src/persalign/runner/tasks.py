@@ -1,0 +1,109 @@
+"""The tasks every multi-process backend runs (the local pool, runner/pool_backend.py, and Ray): each works in a
+scratch run directory on its worker, seeded with the files it depends on, and returns the files it made.
+
+Three kinds: `train_files` fits and adapts one method for one seed; `cell_files` runs one planned cell through the
+one evaluator; `args_pass_files` runs a policy's ARGS cells as rows of its shared pass (runner/args_pass.py), as
+the in-process backend does, so the pass stays shared work done once. A worker keeps the run's data and each
+policy it loaded between tasks (one config per worker process).
+
+    persalign run demo --workers 2   # these tasks on a local pool of two single-threaded workers
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from contextlib import contextmanager
+from dataclasses import replace
+from pathlib import Path
+
+from persalign.core.errors import PersalignError
+from persalign.runner.trained import trained_dir
+
+SCRATCH_ENV = "PERSALIGN_SCRATCH_DIR"  # where a worker keeps a task's scratch run dir (default: system temp)
+TASK_LOG_ENV = "PERSALIGN_TASK_LOG"  # optional: one line per task start / end (which worker ran what)
+
+_WORKER_CACHE: dict = {}  # per worker process: the run's data and loaded policies, built once per config
+
+
+def _cached(key, build):
+    if key not in _WORKER_CACHE:
+        _WORKER_CACHE[key] = build()
+    return _WORKER_CACHE[key]
+
+
+def _audit(event: str, what: str, scratch: Path) -> None:
+    path = os.environ.get(TASK_LOG_ENV)
+    if path:
+        with open(path, "a", encoding="utf-8") as handle:
+            handle.write(f"{event}\t{what}\t{socket.gethostname()}:{os.getpid()}\t{scratch}\n")
+
+
+@contextmanager
+def scratch_policy(config, planned, run_dir: str, inputs: tuple, what: str):
+    """A policy context over a scratch run dir holding `inputs`; the dir is removed afterwards. Errors
+    name the driver's run dir `run_dir`, where the user will look, instead of the scratch dir."""
+    from persalign.core.typed_yaml import to_dict
+    from persalign.models.numerics import pin_numerics
+    from persalign.runner import cells as local
+
+    pin_numerics(config.threads)  # the config's thread count, whatever this task's CPUs
+    kind = what.split()[0]
+    root = Path(tempfile.mkdtemp(prefix=f"persalign-{kind}-{os.getpid()}-", dir=os.environ.get(SCRATCH_ENV)))
+    _audit("start", what, root)
+    try:
+        store = local.RunStore(root)
+        for files in inputs:
+            store.write_files(files)
+        key = repr(to_dict(config))
+        data = _cached(("run", key), lambda: local.run_context(config, store, print))
+        lm = _cached(("policy", key, planned.cell.policy), lambda: local.load_policy(config, planned.cell.policy))
+        yield local.policy_context(replace(data, store=store), lm), local.trained_providers(config, store), store
+        _audit("end", what, root)
+    except PersalignError as error:
+        raise PersalignError(str(error).replace(str(root), run_dir)) from None
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def train_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
+    """Task: fit + adapt the method `planned` needs; its model files."""
+    from persalign.runner.cells import provide_trained
+
+    what = f"train {planned.method_label} seed {planned.cell.seed}"
+    with scratch_policy(config, planned, run_dir, inputs, what) as (policy_ctx, providers, store):
+        provide_trained(planned, policy_ctx, providers)
+        return store.read_files(trained_dir(store, planned).relative_to(store.root))
+
+
+def cell_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
+    """Task: one cell through the one evaluator; the cell's files (and the Best-of-N samples it drew)."""
+    from persalign.runner.cells import run_planned
+
+    what = f"cell {planned.cell.decoder} seed {planned.cell.seed}"
+    with scratch_policy(config, planned, run_dir, inputs, what) as (policy_ctx, providers, store):
+        run_planned(planned, policy_ctx, providers)
+        files = store.read_files(planned.cell.relpath())
+        if planned.properties.reranks_samples:
+            files.update(store.read_files("samples"))
+        return files
+
+
+def args_pass_files(config, members: list, run_dir: str, *inputs) -> dict[str, bytes]:
+    """Task: a policy's ARGS cells decoded as rows of its shared pass, one cell after another as in-process; every
+    member's files and the pass's stored batches."""
+    from persalign.runner.args_pass import ArgsPass
+    from persalign.runner.cells import provide_trained, run_planned
+
+    what = f"args_pass {members[0].cell.policy} ({len(members)} cells)"
+    with scratch_policy(config, members[0], run_dir, inputs, what) as (policy_ctx, providers, store):
+        policy_ctx.args_pass = ArgsPass(policy_ctx, members,
+                                        lambda planned: provide_trained(planned, policy_ctx, providers))
+        files: dict[str, bytes] = {}
+        for planned in members:
+            run_planned(planned, policy_ctx, providers)
+            files.update(store.read_files(planned.cell.relpath()))
+        files.update(store.read_files(policy_ctx.args_pass.folder.relative_to(store.root)))
+        return files
