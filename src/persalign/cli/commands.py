@@ -80,13 +80,11 @@ def _cmd_study(args) -> None:
 
 
 def _backend(args):
-    """The local pool's options (every core unless --workers says fewer), else the Ray options of the command line."""
+    """The local pool's options (--workers; 1: in this process), else the Ray options of the command line."""
     if args.backend == "local":
         from persalign.runner.pool_backend import PoolOptions, available_cores
-
-        return PoolOptions(available_cores() if args.workers is None else args.workers)
+        return PoolOptions(args.workers or available_cores())  # 0: one per core; a negative count is refused
     from persalign.runner.ray_backend import RayOptions
-
     return RayOptions(args.address, args.num_cpus, args.num_gpus, args.max_retries)
 
 

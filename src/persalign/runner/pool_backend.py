@@ -46,7 +46,8 @@ class PoolOptions:
 
     def __post_init__(self):
         if not isinstance(self.workers, int) or self.workers < 1:
-            raise ConfigError(f"--workers {self.workers!r}: give a whole number of at least 1")
+            raise ConfigError(f"--workers {self.workers!r}: give a whole number of at least 1 (0 on the command "
+                              "line: one per core)")
 
 
 def _start_worker(log_path: str, driver: int) -> None:

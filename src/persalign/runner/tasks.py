@@ -15,6 +15,7 @@ import os
 import shutil
 import socket
 import tempfile
+import time
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -23,7 +24,7 @@ from persalign.core.errors import PersalignError
 from persalign.runner.trained import trained_dir
 
 SCRATCH_ENV = "PERSALIGN_SCRATCH_DIR"  # where a worker keeps a task's scratch run dir (default: system temp)
-TASK_LOG_ENV = "PERSALIGN_TASK_LOG"  # optional: one line per task start / end (which worker ran what)
+TASK_LOG_ENV = "PERSALIGN_TASK_LOG"  # optional: one line per task start / end (which worker ran what, and when)
 
 _WORKER_CACHE: dict = {}  # per worker process: the run's data and loaded policies, built once per config
 
@@ -38,7 +39,7 @@ def _audit(event: str, what: str, scratch: Path) -> None:
     path = os.environ.get(TASK_LOG_ENV)
     if path:
         with open(path, "a", encoding="utf-8") as handle:
-            handle.write(f"{event}\t{what}\t{socket.gethostname()}:{os.getpid()}\t{scratch}\n")
+            handle.write(f"{event}\t{what}\t{socket.gethostname()}:{os.getpid()}\t{scratch}\t{time.time():.3f}\n")
 
 
 @contextmanager

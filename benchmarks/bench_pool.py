@@ -1,0 +1,102 @@
+"""A persalign command timed at several worker counts: wall seconds and the peak memory of the whole process tree
+(driver + workers, sampled every 0.2 s), with the CPU named (issue #73): the summed resident set size, which counts
+the pages the processes share (torch's libraries) once per process, and the summed proportional set size (PSS),
+which counts them once: the memory the machine needs. /usr/bin/time's "maximum resident set size" is the largest
+single process, not the pool's sum.
+
+    python benchmarks/bench_pool.py --workers 1 2 -- study demo            # the demo, cold model cache each time
+    python benchmarks/bench_pool.py --workers 2 --warm-cache -- study demo
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import count
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _proportional_kib(entry: Path) -> int:
+    """The process's proportional set size: pages it shares (torch's libraries, in every worker) counted once over
+    the processes sharing them."""
+    try:
+        return next((int(line.split()[1]) for line in (entry / "smaps_rollup").read_text().splitlines()
+                     if line.startswith("Pss:")), 0)
+    except OSError:
+        return 0
+
+
+def tree_rss_mib(root_pid: int, proportional: bool = False) -> float:
+    """Summed resident memory (or proportional set size) of `root_pid` and every descendant (from /proc)."""
+    children: dict[int, list[int]] = {}
+    rss: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        children.setdefault(int(stat[1]), []).append(int(entry.name))
+        rss[int(entry.name)] = _proportional_kib(entry) if proportional else next(
+            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+    total, todo = 0, [root_pid]
+    while todo:
+        pid = todo.pop()
+        total += rss.get(pid, 0)
+        todo += children.get(pid, [])
+    return total / 1024
+
+
+def measure(command: list[str], env: dict) -> dict:
+    started, peak = time.perf_counter(), 0.0
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peak_pss = 0.0
+    while process.poll() is None:
+        peak = max(peak, tree_rss_mib(process.pid))
+        peak_pss = max(peak_pss, tree_rss_mib(process.pid, proportional=True))
+        time.sleep(0.2)
+    output = process.stdout.read()
+    if process.returncode:
+        sys.exit(f"{' '.join(command)} failed ({process.returncode}):\n{output[-3000:]}")
+    return {"wall_s": round(time.perf_counter() - started, 1), "peak_tree_rss_mib": round(peak),
+            "peak_tree_pss_mib": round(peak_pss),
+            "finished_line": next((line for line in output.splitlines() if line.startswith("finished in")), None)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=count, nargs="+", default=[1, 2])
+    parser.add_argument("--warm-cache", action="store_true", help="keep the model cache (default: a cold one "
+                        "each time, model conversion included)")
+    parser.add_argument("persalign_args", nargs="+", help="the persalign command after --")
+    args = parser.parse_args()
+    from persalign.models.numerics import cpu_identity, cpu_name_and_vendor
+
+    cpu = f"{cpu_name_and_vendor()[0]} ({cpu_identity()}, {os.cpu_count()} cores)"
+    for workers in args.workers:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "PERSALIGN_CACHE": os.environ.get("PERSALIGN_CACHE", "") if args.warm_cache
+                   else str(Path(tmp) / "cache")}
+            if not env["PERSALIGN_CACHE"]:
+                env.pop("PERSALIGN_CACHE")
+            command = [sys.executable, "-m", "persalign.cli.commands", *args.persalign_args, "--quiet",
+                       "-o", str(Path(tmp) / "runs"), "--workers", str(workers)]
+            result = {"benchmark": "pool", "cpu": cpu, "workers": workers, "cold_cache": not args.warm_cache,
+                      "command": "persalign " + " ".join(args.persalign_args), **measure(command, env)}
+            print(json.dumps(result), flush=True)
+            shutil.rmtree(Path(tmp) / "runs", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
