@@ -66,12 +66,10 @@ def measure(command: list[str], env: dict) -> dict:
         peak = max(peak, tree_rss_mib(process.pid))
         peak_pss = max(peak_pss, tree_rss_mib(process.pid, proportional=True))
         time.sleep(0.2)
-    output = process.stdout.read()
     if process.returncode:
-        sys.exit(f"{' '.join(command)} failed ({process.returncode}):\n{output[-3000:]}")
+        sys.exit(f"{' '.join(command)} failed ({process.returncode}):\n{process.stdout.read()[-3000:]}")
     return {"wall_s": round(time.perf_counter() - started, 1), "peak_tree_rss_mib": round(peak),
-            "peak_tree_pss_mib": round(peak_pss),
-            "finished_line": next((line for line in output.splitlines() if line.startswith("finished in")), None)}
+            "peak_tree_pss_mib": round(peak_pss)}
 
 
 def main() -> None:

@@ -21,8 +21,8 @@ from persalign.runner.pool_backend import PoolOptions
 from persalign.runner.run import run
 from tests.golden import TINY_ALL_DEPLOYMENTS, TINY_STUDY, assert_same, load_golden, study_view, view
 
-COMMAND = [sys.executable, "-m", "persalign.cli.commands", "run", "demo-baselines", *TINY_ALL_DEPLOYMENTS,
-           "split.max_query_per_user=5", "generation.batch_size=1"]  # cells long enough to be interrupted
+OVERRIDES = [*TINY_ALL_DEPLOYMENTS, "split.max_query_per_user=5", "generation.batch_size=1"]  # cells long enough
+COMMAND = [sys.executable, "-m", "persalign.cli.commands", "run", "demo-baselines", *OVERRIDES]  # to interrupt
 
 
 def _task_lines(log: Path) -> list[list[str]]:
@@ -95,7 +95,7 @@ def _resume_and_check(out: Path, env: dict, workers: str) -> str:
                           timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     straight = out.parent / "straight"
-    run(load_config("demo-baselines", COMMAND[5:]), straight, log=lambda *_: None)  # in-process, uninterrupted
+    run(load_config("demo-baselines", OVERRIDES), straight, log=lambda *_: None)  # in-process, uninterrupted
     assert_same(json.loads(json.dumps(view(straight))), json.loads(json.dumps(view(out))))
     for cell in view(out).values():
         ids = [row["id"] for row in cell["rows"]]

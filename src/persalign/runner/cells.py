@@ -120,11 +120,17 @@ def provide_trained(planned: PlannedCell, policy_ctx: PolicyContext, providers: 
     return policy_ctx.trained[key]
 
 
+def is_pass_member(planned: PlannedCell, config: RunConfig) -> bool:
+    """An ARGS cell of a reward model, decoded in its policy's shared pass where args.shared_pass is on (every
+    backend that keeps the pass groups its cells by this)."""
+    return config.args.shared_pass and planned.decoder == "args" and planned.needs == "reward_model"
+
+
 def shared_args_pass(policy_ctx: PolicyContext, todo: list[PlannedCell], providers: dict):
     """The policy's shared ARGS pass over its ARGS cells still to run (args.shared_pass), or None. One cell
     alone is a pass too: a resumed run whose last member is left decodes as the interrupted one did."""
-    cells = [p for p in todo if p.decoder == "args" and p.needs == "reward_model"]
-    if not policy_ctx.run.config.args.shared_pass or not cells:
+    cells = [p for p in todo if is_pass_member(p, policy_ctx.run.config)]
+    if not cells:
         return None
     from persalign.runner.args_pass import ArgsPass
 

@@ -5,7 +5,8 @@ thread count), so more cores are used by running tasks side by side: the task gr
 a pool of `workers` spawned processes. Each task is the same function, on the same inputs, as in-process (a
 policy's ARGS cells stay rows of one shared pass; the first reward head fills the features cache before the
 others start), so every number is the same at 1, 2 or N workers and on Ray. Each worker keeps the run's data and
-its policy between tasks, and writes its own log to RUN_DIR/logs/worker-N.log.
+its policy between tasks; the workers' output goes to RUN_DIR/logs/workers-N.log (N counts the pool's starts: 1
+unless a worker died).
 
 A worker that dies (killed, out of memory) breaks the pool: it is started again and the tasks that were running
 are retried (`max_retries`). Ctrl-C / SIGTERM of the driver kills every worker before it unwinds, and a worker
@@ -21,6 +22,7 @@ import ctypes
 import multiprocessing
 import os
 import signal
+import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -188,8 +190,6 @@ class LocalPool:
 
 def run_cells_on_pool(resolved, out_dir, options: PoolOptions, log):
     """Every cell of the resolved run not yet in `out_dir`, on a local pool; the store (the caller holds its lock)."""
-    import time
-
     from persalign.runner.cells import open_store, run_context
     from persalign.runner.eta import Progress
     from persalign.runner.provenance import peak_memory_mib

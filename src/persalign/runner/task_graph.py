@@ -17,13 +17,10 @@ results arrive: an interrupted run loses no finished cell, and a re-run runs onl
 from __future__ import annotations
 
 from persalign.core.registry import METHODS
+from persalign.runner.cells import is_pass_member, need_key
+from persalign.runner.store import folder_name
 from persalign.runner.tasks import args_pass_files, cell_files, train_files
 from persalign.runner.trained import trained_dir
-
-
-def is_pass_member(planned, config) -> bool:
-    """An ARGS cell of a reward head, decoded in its policy's shared pass (runner/cells.shared_args_pass)."""
-    return config.args.shared_pass and planned.decoder == "args" and planned.needs == "reward_model"
 
 
 class Submitter:
@@ -38,8 +35,6 @@ class Submitter:
 
     def model(self, planned):
         """The trained model's files: from the store if complete, else the ref of the one train task."""
-        from persalign.runner.cells import need_key
-
         key = need_key(planned)
         if key not in self.models:
             where = trained_dir(self.store, planned)
@@ -86,7 +81,7 @@ class Submitter:
             inputs += [self.model(p) for p in members]
             if policy in self.baselines and any(p.properties.compares_with_reference for p in members):
                 inputs.append(self.baselines[policy])
-            inputs.append(self.store.read_files(f"args_pass/{_pass_folder(policy)}"))
+            inputs.append(self.store.read_files(f"args_pass/{folder_name(policy)}"))
             ref = self.args_pass.remote(self.config, members, str(self.store.root), *inputs)
             self.pending[ref] = ("cell", members)
         self.members = {}
@@ -94,12 +89,6 @@ class Submitter:
     def baseline_from_store(self, planned) -> None:
         if planned.properties.reference_baseline:
             self.baselines.setdefault(planned.cell.policy, self.store.read_files(planned.cell.relpath()))
-
-
-def _pass_folder(policy: str) -> str:
-    from persalign.runner.store import folder_name
-
-    return folder_name(policy)
 
 
 def submit_all(submitter: Submitter, cells: list, todo: list) -> None:

@@ -95,13 +95,11 @@ def cell_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
 def args_pass_files(config, members: list, run_dir: str, *inputs) -> dict[str, bytes]:
     """Task: a policy's ARGS cells decoded as rows of its shared pass, one cell after another as in-process; every
     member's files and the pass's stored batches."""
-    from persalign.runner.args_pass import ArgsPass
-    from persalign.runner.cells import provide_trained, run_planned
+    from persalign.runner.cells import run_planned, shared_args_pass
 
     what = f"args_pass {members[0].cell.policy} ({len(members)} cells)"
     with scratch_policy(config, members[0], run_dir, inputs, what) as (policy_ctx, providers, store):
-        policy_ctx.args_pass = ArgsPass(policy_ctx, members,
-                                        lambda planned: provide_trained(planned, policy_ctx, providers))
+        policy_ctx.args_pass = shared_args_pass(policy_ctx, members, providers)
         files: dict[str, bytes] = {}
         for planned in members:
             run_planned(planned, policy_ctx, providers)
