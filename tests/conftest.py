@@ -8,6 +8,7 @@ reason, only where those are absent.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 from pathlib import Path
 
@@ -26,6 +27,9 @@ def pytest_configure(config):
     from persalign.models.numerics import pin_numerics
 
     pin_numerics()
+    # runs in tests compute in-process unless a test asks for the pool (--workers N / PoolOptions): a test that
+    # patches persalign's internals must see its patch used; tests/test_pool_backend.py runs the pool's own checks
+    os.environ["PERSALIGN_WORKERS"] = "1"
 
 
 # the longest work first (--durations: the SmolLM2 whole chain ~175 s, the GPU check's dry run ~127 s, the Ray

@@ -64,6 +64,40 @@ def test_a_worker_count_below_one_is_one_line():
         PoolOptions(0)
 
 
+@pytest.mark.parametrize("name", ["plugin whose fit raises", "NaN rewards", "hf_rm with corrupt weights"])
+def test_a_tasks_error_ends_a_pooled_run_in_the_in_process_runs_one_line(name, tmp_path, capsys, monkeypatch):
+    """The task's own error, raised again in the driver: not a list of failed tasks and of those that needed them."""
+    from tests.bad_input_helpers import cli_error
+    from tests.test_hostile_inputs import CASES, RUN
+    from tests.test_runner import TINY
+
+    make, message = CASES[name]
+    overrides = make(tmp_path, monkeypatch)
+    capsys.readouterr()
+    line = cli_error(capsys, RUN + ["-o", str(tmp_path / "run"), "--workers", "2"] + TINY + ["seeds=[0]"] + overrides)
+    assert line.startswith("persalign: error: ") and message in line, line
+
+
+def test_a_damaged_rows_file_is_named_in_the_run_dir_on_the_pool(tmp_path, capfd):
+    """Workers work in the run dir itself: the line names the user's file, not a scratch copy (on stderr, which
+    the workers share with the driver)."""
+    from persalign import cli
+    from tests.test_hostile_inputs import RUN
+    from tests.test_runner import TINY
+
+    argv = RUN + ["-o", str(tmp_path / "run"), "seeds=[0]", "decoders=[{name: zero_shot}, {name: icl, shots: 4}]"] \
+        + [a for a in TINY if not a.startswith("seeds")]
+    assert cli.main(argv) == 0
+    cell = tmp_path / "run" / "cells" / "tiny-llama" / "ICL_4-shot" / "seed-0"
+    lines = (cell / "rows.jsonl").read_text().splitlines()
+    (cell / "rows.jsonl").write_text("\n".join(lines[:1] + ["{not json"] + lines[1:]) + "\n")
+    (cell / "metrics.json").unlink()
+    capfd.readouterr()
+    assert cli.main(argv + ["--workers", "2"]) == 0
+    err = capfd.readouterr().err
+    assert f"{cell / 'rows.jsonl'}: damaged (" in err, err
+
+
 def _start(tmp_path: Path, *flags: str):
     out, task_log = tmp_path / "run", tmp_path / "tasks.log"
     env = {**os.environ, "PERSALIGN_CACHE": str(tmp_path / "cache"), "PERSALIGN_TASK_LOG": str(task_log)}
@@ -90,6 +124,11 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _unfinished_with_rows(out: Path) -> list[Path]:
+    return [rows for rows in out.glob("cells/*/*/*/rows.jsonl")
+            if rows.stat().st_size and not (rows.parent / "metrics.json").exists()]
+
+
 def _resume_and_check(out: Path, env: dict, workers: str) -> str:
     done = subprocess.run([*COMMAND, "-o", str(out), "--workers", workers], env=env, capture_output=True, text=True,
                           timeout=600)
@@ -107,8 +146,8 @@ def _resume_and_check(out: Path, env: dict, workers: str) -> str:
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_a_pooled_run_stopped_leaves_no_worker_and_resumes_with_another_worker_count(tmp_path, stop):
     driver, out, task_log, env = _start(tmp_path, "--workers", "2")
-    _wait_for(lambda: len(list(out.glob("cells/*/*/*/metrics.json"))) >= 2 and len(_workers(task_log)) == 2,
-              "two finished cells on two workers")
+    _wait_for(lambda: len(list(out.glob("cells/*/*/*/metrics.json"))) >= 2 and len(_workers(task_log)) == 2
+              and _unfinished_with_rows(out), "two finished cells on two workers and one cell part-way")
     workers = _workers(task_log)
     driver.send_signal(stop)
     driver.wait(timeout=60)
@@ -118,6 +157,7 @@ def test_a_pooled_run_stopped_leaves_no_worker_and_resumes_with_another_worker_c
     _wait_for(lambda: not any(_alive(pid) for pid in workers), "every worker to end", limit_s=10)
     kept = len(list(out.glob("cells/*/*/*/metrics.json")))
     assert kept >= 2
+    assert _unfinished_with_rows(out)  # the workers write the run dir: an interrupted cell keeps its batches
     resumed = _resume_and_check(out, env, "1")  # another worker count: in-process
     assert "already complete" in resumed and f", {kept} already complete" in resumed
 

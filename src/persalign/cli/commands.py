@@ -80,10 +80,10 @@ def _cmd_study(args) -> None:
 
 
 def _backend(args):
-    """The local pool's options (--workers; 1: in this process), else the Ray options of the command line."""
+    """The local pool's options (--workers, else PERSALIGN_WORKERS, else one per core), else Ray's."""
     if args.backend == "local":
-        from persalign.runner.pool_backend import PoolOptions, available_cores
-        return PoolOptions(args.workers or available_cores())  # 0: one per core; a negative count is refused
+        from persalign.runner.pool_backend import PoolOptions, available_cores, default_workers
+        return PoolOptions(default_workers() if args.workers is None else args.workers or available_cores())
     from persalign.runner.ray_backend import RayOptions
     return RayOptions(args.address, args.num_cpus, args.num_gpus, args.max_retries)
 

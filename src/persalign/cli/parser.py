@@ -104,11 +104,12 @@ def _add_run_arguments(command) -> None:
                          "the paths, and errors")
     group = command.add_argument_group("where the cells run")
     group.add_argument("--backend", choices=["local", "ray"], default="local",
-                       help="local: this machine, in this process or on a pool of --workers processes; ray: "
+                       help="local: this machine's cores, a pool of --workers single-threaded processes; ray: "
                             "every cell a Ray task (pip install 'persalign[ray]')")
-    group.add_argument("--workers", type=int, default=1, metavar="N",
-                       help="local backend: N single-threaded worker processes side by side (0: one per core this "
-                            "process may use; default 1: in this process). The numbers are the same at any N")
+    group.add_argument("--workers", type=int, default=None, metavar="N",
+                       help="local backend: N single-threaded worker processes side by side (default: "
+                            "$PERSALIGN_WORKERS, else one per core this process may use; 1: in this process). "
+                            "The numbers are the same at any N")
     group.add_argument("--address", help="Ray cluster to join (auto, or HOST:PORT); default: start one here")
     group.add_argument("--num-cpus", type=float, default=1.0, help="CPUs each Ray task asks for")
     group.add_argument("--num-gpus", type=float, default=0.0,

@@ -8,10 +8,12 @@ others start), so every number is the same at 1, 2 or N workers and on Ray. Each
 its policy between tasks; the workers' output goes to RUN_DIR/logs/workers-N.log (N counts the pool's starts: 1
 unless a worker died).
 
-A worker that dies (killed, out of memory) breaks the pool: it is started again and the tasks that were running
-are retried (`max_retries`). Ctrl-C / SIGTERM of the driver kills every worker before it unwinds, and a worker
-whose driver dies (SIGKILL) is killed by the kernel (PR_SET_PDEATHSIG): no orphan keeps computing. Finished cells
-are written as they arrive, so none is lost; re-running resumes, with any worker count.
+Workers share the run dir and write it as the in-process run does (cells' batches as they finish), so an
+interrupted cell keeps its batches and every line names the run's own files; a task's error stops the run with
+the in-process run's one line. A worker that dies (killed, out of memory) breaks the pool: it is started again
+and the tasks that were running are retried (`max_retries`). Ctrl-C / SIGTERM of the driver kills every worker
+before it unwinds, and a worker whose driver dies (SIGKILL) is killed by the kernel (PR_SET_PDEATHSIG): no
+orphan keeps computing. Re-running resumes, with any worker count.
 
     persalign run demo --workers 2
 """
@@ -29,8 +31,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from persalign.core.errors import ConfigError, PersalignError
+from persalign.runner.tasks import IN_PLACE_ENV
 
 PR_SET_PDEATHSIG = 1
+
+
+WORKERS_ENV = "PERSALIGN_WORKERS"  # the default worker count where --workers is not given (the tests set 1)
+
+
+def default_workers() -> int:
+    """PERSALIGN_WORKERS where set (a whole number >= 1), else one worker per core this process may use."""
+    text = os.environ.get(WORKERS_ENV, "").strip()
+    if not text:
+        return available_cores()
+    if not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"{WORKERS_ENV}={text!r}: give a whole number of at least 1")
+    return int(text)
 
 
 def available_cores() -> int:
@@ -53,7 +69,8 @@ class PoolOptions:
 
 
 def _start_worker(log_path: str, driver: int) -> None:
-    """Each worker: its output to its own log, Ctrl-C left to the driver, and killed with its driver."""
+    """Each worker: its progress lines to the pool's log (its warnings stay on the terminal's stderr, as an
+    in-process run's), the run dir worked in place, Ctrl-C left to the driver, and killed with its driver."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -63,8 +80,7 @@ def _start_worker(log_path: str, driver: int) -> None:
         os._exit(1)
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.environ["TQDM_DISABLE"] = "1"
+    os.environ.update({"TQDM_DISABLE": "1", IN_PLACE_ENV: "1"})
     from persalign.models.numerics import pin_kernels
 
     pin_kernels()
@@ -88,9 +104,12 @@ class LocalRef:
 
 
 class LocalPool:
-    """Task refs over a ProcessPoolExecutor, with the interface runner/task_graph.py expects."""
+    """Task refs over a ProcessPoolExecutor, with the interface runner/task_graph.py expects. Its workers share
+    the run dir (`in_place`); a task's own exception comes back as raised (persalign's one-line errors, an OS
+    error, a bug's traceback), so a pooled run stops with the line an in-process run gives."""
 
-    errors = (TaskFailed,)
+    errors = (Exception,)
+    in_place = True
 
     def __init__(self, options: PoolOptions, log_dir: Path):
         self.options, self.log_dir = options, Path(log_dir)
@@ -158,8 +177,7 @@ class LocalPool:
         except BrokenProcessPool:
             self._restart(ref)
         except Exception as error:  # the task's own exception, re-raised by the pool in this process
-            message = str(error).strip() or type(error).__name__
-            ref.done, ref.error = True, TaskFailed(f"{type(error).__name__}: {message}")
+            ref.done, ref.error = True, error
 
     def _restart(self, first: LocalRef) -> None:
         """A worker died: every task the broken pool held is run again on a new pool, up to max_retries times."""
@@ -205,14 +223,11 @@ def run_cells_on_pool(resolved, out_dir, options: PoolOptions, log):
     try:
         submitter = Submitter(pool, resolved.config, store, shared_args=True)
         submit_all(submitter, cells, todo)
-        failures = wait_all(submitter, Progress(len(cells), len(cells) - len(todo), log), log)
-    except BaseException:  # Ctrl-C, SIGTERM (raised by the CLI), a bug: no worker outlives the driver's unwinding
+        wait_all(submitter, Progress(len(cells), len(cells) - len(todo), log), log, stop_at_first=True)
+    except BaseException:  # a task's error, Ctrl-C, SIGTERM (raised by the CLI): no worker outlives the unwinding
         pool.close(kill=True)
         raise
     pool.close(kill=False)
     log(f"finished in {time.perf_counter() - started:.0f} s on {options.workers} workers "
         f"(driver peak memory {peak_memory_mib():.0f} MiB)")
-    if failures:
-        raise PersalignError(f"{len(failures)} task(s) failed; every other cell is stored in {store.root}, and "
-                             "re-running the same command runs only what is missing:\n  " + "\n  ".join(failures))
     return store

@@ -28,6 +28,8 @@ class Submitter:
 
     def __init__(self, backend, config, store, shared_args: bool = False):
         self.backend, self.config, self.store, self.pending = backend, config, store, {}
+        # a backend whose workers share the run dir (the local pool) reads it there: nothing to copy
+        self.files = (lambda relative: {}) if getattr(backend, "in_place", False) else store.read_files
         self.train, self.cell = backend.remote(train_files), backend.remote(cell_files)
         self.args_pass = backend.remote(args_pass_files) if shared_args else None
         self.models, self.baselines, self.samples, self.members = {}, {}, {}, {}
@@ -39,7 +41,7 @@ class Submitter:
         if key not in self.models:
             where = trained_dir(self.store, planned)
             if (where / "head.json").exists():
-                self.models[key] = self.store.read_files(where.relative_to(self.store.root))
+                self.models[key] = self.files(where.relative_to(self.store.root))
             else:
                 after = [self.first_features] if self._fills_features(planned) and self.first_features else []
                 self.models[key] = self.train.remote(self.config, planned, str(self.store.root), *after)
@@ -58,7 +60,7 @@ class Submitter:
             self.members.setdefault(planned.cell.policy, []).append(planned)
             self.model(planned)
             return
-        inputs = [self.store.read_files(planned.cell.relpath())]  # rows of an interrupted run resume
+        inputs = [self.files(planned.cell.relpath())]  # rows of an interrupted run resume
         properties = planned.properties
         if planned.needs:
             inputs.append(self.model(planned))
@@ -66,7 +68,7 @@ class Submitter:
             inputs.append(self.baselines[planned.cell.policy])
         chain = (planned.cell.policy, planned.cell.seed)
         if properties.reranks_samples:
-            inputs.append(self.samples.get(chain) or self.store.read_files("samples"))
+            inputs.append(self.samples.get(chain) or self.files("samples"))
         ref = self.cell.remote(self.config, planned, str(self.store.root), *inputs)
         self.pending[ref] = ("cell", [planned])
         if properties.reference_baseline:
@@ -77,18 +79,18 @@ class Submitter:
     def submit_passes(self) -> None:
         """One task per policy for the ARGS cells collected by `submit` (after every baseline is submitted)."""
         for policy, members in self.members.items():
-            inputs = [self.store.read_files(p.cell.relpath()) for p in members]
+            inputs = [self.files(p.cell.relpath()) for p in members]
             inputs += [self.model(p) for p in members]
             if policy in self.baselines and any(p.properties.compares_with_reference for p in members):
                 inputs.append(self.baselines[policy])
-            inputs.append(self.store.read_files(f"args_pass/{folder_name(policy)}"))
+            inputs.append(self.files(f"args_pass/{folder_name(policy)}"))
             ref = self.args_pass.remote(self.config, members, str(self.store.root), *inputs)
             self.pending[ref] = ("cell", members)
         self.members = {}
 
     def baseline_from_store(self, planned) -> None:
         if planned.properties.reference_baseline:
-            self.baselines.setdefault(planned.cell.policy, self.store.read_files(planned.cell.relpath()))
+            self.baselines.setdefault(planned.cell.policy, self.files(planned.cell.relpath()))
 
 
 def submit_all(submitter: Submitter, cells: list, todo: list) -> None:
@@ -102,8 +104,9 @@ def submit_all(submitter: Submitter, cells: list, todo: list) -> None:
         submitter.submit_passes()
 
 
-def wait_all(submitter: Submitter, progress, log) -> list[str]:
-    """Write each result as it arrives; the failures, one line each."""
+def wait_all(submitter: Submitter, progress, log, stop_at_first: bool = False) -> list[str]:
+    """Write each result as it arrives; the failures, one line each. `stop_at_first`: raise the first task's own
+    error instead, as the in-process run stops at its first (the local pool)."""
     backend, failures = submitter.backend, []
     while submitter.pending:
         ref = backend.wait_one(list(submitter.pending))
@@ -113,6 +116,8 @@ def wait_all(submitter: Submitter, progress, log) -> list[str]:
         try:
             submitter.store.write_files(backend.get(ref))
         except backend.errors as error:
+            if stop_at_first:
+                raise
             failures.append(f"{kind} {what} | {first.cell.policy} | seed {first.cell.seed}: "
                             f"{str(error).strip().splitlines()[-1][:300]}")
             log(f"FAILED {failures[-1]}")

@@ -25,6 +25,14 @@ from persalign.runner.trained import trained_dir
 
 SCRATCH_ENV = "PERSALIGN_SCRATCH_DIR"  # where a worker keeps a task's scratch run dir (default: system temp)
 TASK_LOG_ENV = "PERSALIGN_TASK_LOG"  # optional: one line per task start / end (which worker ran what, and when)
+IN_PLACE_ENV = "PERSALIGN_TASKS_IN_PLACE"  # set in the local pool's workers: tasks work in the run dir itself
+
+
+def in_place() -> bool:
+    """Whether this worker shares the driver's file system (the local pool): a task then reads and writes the run
+    dir as the in-process run does (batches of an interrupted cell kept, lines naming the run's own files) and
+    returns nothing; elsewhere (Ray) it works in a scratch copy and returns the files it made."""
+    return os.environ.get(IN_PLACE_ENV) == "1"
 
 _WORKER_CACHE: dict = {}  # per worker process: the run's data and loaded policies, built once per config
 
@@ -44,19 +52,21 @@ def _audit(event: str, what: str, scratch: Path) -> None:
 
 @contextmanager
 def scratch_policy(config, planned, run_dir: str, inputs: tuple, what: str):
-    """A policy context over a scratch run dir holding `inputs`; the dir is removed afterwards. Errors
-    name the driver's run dir `run_dir`, where the user will look, instead of the scratch dir."""
+    """A policy context over a scratch run dir holding `inputs`, removed afterwards (errors name the driver's run
+    dir `run_dir`, where the user will look, instead of the scratch dir); or over `run_dir` itself `in_place()`."""
     from persalign.core.typed_yaml import to_dict
     from persalign.models.numerics import pin_numerics
     from persalign.runner import cells as local
 
     pin_numerics(config.threads)  # the config's thread count, whatever this task's CPUs
     kind = what.split()[0]
-    root = Path(tempfile.mkdtemp(prefix=f"persalign-{kind}-{os.getpid()}-", dir=os.environ.get(SCRATCH_ENV)))
+    shared = in_place()
+    root = Path(run_dir) if shared else Path(tempfile.mkdtemp(prefix=f"persalign-{kind}-{os.getpid()}-",
+                                                              dir=os.environ.get(SCRATCH_ENV)))
     _audit("start", what, root)
     try:
         store = local.RunStore(root)
-        for files in inputs:
+        for files in [] if shared else inputs:
             store.write_files(files)
         key = repr(to_dict(config))
         data = _cached(("run", key), lambda: local.run_context(config, store, print))
@@ -66,7 +76,16 @@ def scratch_policy(config, planned, run_dir: str, inputs: tuple, what: str):
     except PersalignError as error:
         raise PersalignError(str(error).replace(str(root), run_dir)) from None
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not shared:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def _made(store, *relatives) -> dict[str, bytes]:
+    """The files a task made, for the driver to write; none where the task wrote the run dir itself."""
+    files: dict[str, bytes] = {}
+    for relative in [] if in_place() else relatives:
+        files.update(store.read_files(relative))
+    return files
 
 
 def train_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
@@ -76,7 +95,7 @@ def train_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
     what = f"train {planned.method_label} seed {planned.cell.seed}"
     with scratch_policy(config, planned, run_dir, inputs, what) as (policy_ctx, providers, store):
         provide_trained(planned, policy_ctx, providers)
-        return store.read_files(trained_dir(store, planned).relative_to(store.root))
+        return _made(store, trained_dir(store, planned).relative_to(store.root))
 
 
 def cell_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
@@ -86,10 +105,7 @@ def cell_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
     what = f"cell {planned.cell.decoder} seed {planned.cell.seed}"
     with scratch_policy(config, planned, run_dir, inputs, what) as (policy_ctx, providers, store):
         run_planned(planned, policy_ctx, providers)
-        files = store.read_files(planned.cell.relpath())
-        if planned.properties.reranks_samples:
-            files.update(store.read_files("samples"))
-        return files
+        return _made(store, planned.cell.relpath(), *(["samples"] if planned.properties.reranks_samples else []))
 
 
 def args_pass_files(config, members: list, run_dir: str, *inputs) -> dict[str, bytes]:
@@ -100,9 +116,6 @@ def args_pass_files(config, members: list, run_dir: str, *inputs) -> dict[str, b
     what = f"args_pass {members[0].cell.policy} ({len(members)} cells)"
     with scratch_policy(config, members[0], run_dir, inputs, what) as (policy_ctx, providers, store):
         policy_ctx.args_pass = shared_args_pass(policy_ctx, members, providers)
-        files: dict[str, bytes] = {}
         for planned in members:
             run_planned(planned, policy_ctx, providers)
-            files.update(store.read_files(planned.cell.relpath()))
-        files.update(store.read_files(policy_ctx.args_pass.folder.relative_to(store.root)))
-        return files
+        return _made(store, *[p.cell.relpath() for p in members], policy_ctx.args_pass.folder.relative_to(store.root))
