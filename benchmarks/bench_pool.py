@@ -1,5 +1,5 @@
 """A persalign command timed at several worker counts: wall seconds and the peak memory of the whole process tree
-(driver + workers, sampled every 0.2 s), with the CPU named (issue #73): the summed resident set size, which counts
+(driver + workers, sampled every 0.5 s), with the CPU named (issue #73): the summed resident set size, which counts
 the pages the processes share (torch's libraries) once per process, and the summed proportional set size (PSS),
 which counts them once: the memory the machine needs. /usr/bin/time's "maximum resident set size" is the largest
 single process, not the pool's sum.
@@ -35,27 +35,29 @@ def _proportional_kib(entry: Path) -> int:
         return 0
 
 
-def tree_rss_mib(root_pid: int, proportional: bool = False) -> float:
-    """Summed resident memory (or proportional set size) of `root_pid` and every descendant (from /proc)."""
+def tree_memory_mib(root_pid: int) -> tuple[float, float]:
+    """(summed RSS, summed PSS) of `root_pid` and every descendant, from /proc; only the tree's own smaps are
+    read, so the sampling costs little beside the run."""
     children: dict[int, list[int]] = {}
-    rss: dict[int, int] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        children.setdefault(int(stat[1]), []).append(int(entry.name))
-        rss[int(entry.name)] = _proportional_kib(entry) if proportional else next(
-            (int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-    total, todo = 0, [root_pid]
+        if entry.name.isdigit():
+            try:
+                children.setdefault(int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]), []).append(
+                    int(entry.name))
+            except OSError:
+                continue
+    rss = pss = 0
+    todo = [root_pid]
     while todo:
         pid = todo.pop()
-        total += rss.get(pid, 0)
         todo += children.get(pid, [])
-    return total / 1024
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        rss += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        pss += _proportional_kib(Path(f"/proc/{pid}"))
+    return rss / 1024, pss / 1024
 
 
 def measure(command: list[str], env: dict) -> dict:
@@ -63,9 +65,9 @@ def measure(command: list[str], env: dict) -> dict:
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     peak_pss = 0.0
     while process.poll() is None:
-        peak = max(peak, tree_rss_mib(process.pid))
-        peak_pss = max(peak_pss, tree_rss_mib(process.pid, proportional=True))
-        time.sleep(0.2)
+        rss, pss = tree_memory_mib(process.pid)
+        peak, peak_pss = max(peak, rss), max(peak_pss, pss)
+        time.sleep(0.5)
     if process.returncode:
         sys.exit(f"{' '.join(command)} failed ({process.returncode}):\n{process.stdout.read()[-3000:]}")
     return {"wall_s": round(time.perf_counter() - started, 1), "peak_tree_rss_mib": round(peak),

@@ -8,8 +8,9 @@ its result, and returns a ref), `wait_one(refs)` (a ref that has finished), `get
 outputs (its win rate), a Best-of-N cell for the samples the previous one of its policy × seed drew. With
 `shared_args` (the local pool) a policy's ARGS cells run as one task, rows of their shared pass as in-process,
 and every reward head after the first waits for it, so the frozen backbone's features are computed once.
-The driver writes what each task returns, atomically, completion markers last (`RunStore.write_files`), as
-results arrive: an interrupted run loses no finished cell, and a re-run runs only what is missing.
+On Ray the driver writes what each task returns, atomically, completion markers last (`RunStore.write_files`),
+as results arrive; the local pool's workers (`backend.in_place`) write the run dir themselves, as in-process.
+Either way an interrupted run loses no finished cell, and a re-run runs only what is missing.
 
     persalign run demo --workers 2
 """
