@@ -96,6 +96,7 @@ class LocalRef:
 
     fn: object
     args: tuple
+    order: tuple = (0, 0)  # (priority, submission): the lowest ready one starts first
     done: bool = False
     result: object = None
     error: Exception | None = None
@@ -114,18 +115,20 @@ class LocalPool:
     def __init__(self, options: PoolOptions, log_dir: Path):
         self.options, self.log_dir = options, Path(log_dir)
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.waiting: list[LocalRef] = []
+        self.waiting: list[LocalRef] = []  # for the refs among their args
+        self.ready: list[LocalRef] = []  # started by priority as workers free up, not queued in the executor
         self.running: dict = {}  # future -> LocalRef
         self.executor = None
-        self.started = 0
+        self.started = self.submitted = 0
 
-    def remote(self, fn):
+    def remote(self, fn, priority: int = 0):
         pool = self
 
         class Remote:
             @staticmethod
             def remote(*args) -> LocalRef:
-                ref = LocalRef(fn, args)
+                ref = LocalRef(fn, args, (priority, pool.submitted))
+                pool.submitted += 1
                 pool.waiting.append(ref)
                 pool._start_ready()
                 return ref
@@ -150,18 +153,24 @@ class LocalPool:
             elif all(need.done for need in needs):
                 self.waiting.remove(ref)
                 ref.resolved = tuple(arg.result if isinstance(arg, LocalRef) else arg for arg in ref.args)
-                self._launch(ref)
+                self.ready.append(ref)
+        self._fill()
 
-    def _launch(self, ref: LocalRef) -> None:
-        ref.tries += 1
-        self.running[self._pool().submit(ref.fn, *ref.resolved)] = ref
+    def _fill(self) -> None:
+        """Start the most urgent ready tasks while a worker is free (the executor's own queue is first in, first
+        out: a training task queued behind every baseline cell would start the critical path last)."""
+        while self.ready and len(self.running) < self.options.workers:
+            ref = min(self.ready, key=lambda r: r.order)
+            self.ready.remove(ref)
+            ref.tries += 1
+            self.running[self._pool().submit(ref.fn, *ref.resolved)] = ref
 
     def wait_one(self, refs: list) -> LocalRef:
         while True:
             finished = next((ref for ref in refs if ref.done), None)
             if finished is not None:
                 return finished
-            if not self.running:
+            if not self.running and not self.ready:
                 raise PersalignError("the local pool has tasks waiting on nothing that runs (a bug of persalign)")
             futures, _ = wait(list(self.running), return_when=FIRST_COMPLETED)
             for future in futures:
@@ -188,7 +197,8 @@ class LocalPool:
             if ref.tries > self.options.max_retries:
                 ref.done, ref.error = True, TaskFailed(f"its worker died {ref.tries} times (killed or out of memory)")
             else:
-                self._launch(ref)
+                self.ready.append(ref)
+        self._fill()
 
     def get(self, ref: LocalRef):
         if ref.error is not None:

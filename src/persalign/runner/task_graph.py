@@ -1,10 +1,10 @@
 """The planner's cells as a graph of tasks, for any backend that runs tasks in other processes (the local pool,
 runner/pool_backend.py; Ray, runner/ray_backend.py); the driver's run store stays the one source of truth.
 
-A backend gives `remote(fn)` (an object whose `.remote(*args)` starts fn once every task ref among the args has
-its result, and returns a ref), `wait_one(refs)` (a ref that has finished), `get(ref)` (its result, or raises one of
-`errors`). Dependencies are task refs passed as arguments: a deployment waits for the trained model it uses
-(trained once, whatever the number of policies and deployments using it), ARGS for the reference baseline's
+A backend gives `remote(fn, priority)` (an object whose `.remote(*args)` starts fn once every task ref among the
+args has its result, and returns a ref), `wait_one(refs)` (a ref that has finished), `get(ref)` (its result, or
+raises one of `errors`). Dependencies are task refs passed as arguments: a deployment waits for the trained model
+it uses (trained once, whatever the number of policies and deployments using it), ARGS for the reference baseline's
 outputs (its win rate), a Best-of-N cell for the samples the previous one of its policy × seed drew. With
 `shared_args` (the local pool) a policy's ARGS cells run as one task, rows of their shared pass as in-process,
 and every reward head after the first waits for it, so the frozen backbone's features are computed once.
@@ -31,8 +31,10 @@ class Submitter:
         self.backend, self.config, self.store, self.pending = backend, config, store, {}
         # a backend whose workers share the run dir (the local pool) reads it there: nothing to copy
         self.files = (lambda relative: {}) if getattr(backend, "in_place", False) else store.read_files
-        self.train, self.cell = backend.remote(train_files), backend.remote(cell_files)
-        self.args_pass = backend.remote(args_pass_files) if shared_args else None
+        # the order a backend starts ready tasks in where it has a choice (the local pool): training, then the
+        # shared pass, then cells in plan order, so the critical path (training → the pass) starts first
+        self.train, self.cell = backend.remote(train_files, priority=0), backend.remote(cell_files, priority=2)
+        self.args_pass = backend.remote(args_pass_files, priority=1) if shared_args else None
         self.models, self.baselines, self.samples, self.members = {}, {}, {}, {}
         self.first_features = None  # the first frozen reward head's train task: it fills the features cache
 
@@ -44,10 +46,11 @@ class Submitter:
             if (where / "head.json").exists():
                 self.models[key] = self.files(where.relative_to(self.store.root))
             else:
-                after = [self.first_features] if self._fills_features(planned) and self.first_features else []
+                fills = self._fills_features(planned)
+                after = [self.first_features] if fills and self.first_features else []  # the cache filled first
                 self.models[key] = self.train.remote(self.config, planned, str(self.store.root), *after)
                 self.pending[self.models[key]] = ("train", [planned])
-                if self._fills_features(planned) and self.first_features is None:
+                if fills and self.first_features is None:
                     self.first_features = self.models[key]
         return self.models[key]
 
@@ -96,6 +99,9 @@ class Submitter:
 
 def submit_all(submitter: Submitter, cells: list, todo: list) -> None:
     todo_cells = {planned.cell for planned in todo}
+    for planned in todo:  # every training first: the chain training → deployment is the longest
+        if planned.needs:
+            submitter.model(planned)
     for planned in cells:
         if planned.cell in todo_cells:
             submitter.submit(planned)
