@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 
-from persalign.models.numerics import PORTABLE_KERNELS
+from persalign.models.numerics import PORTABLE_KERNELS, cpu_identity, cpu_name_and_vendor
 
 PROBE = r"""
 import hashlib, json, time, torch
@@ -67,6 +67,8 @@ def probe(kernels: dict[str, str]) -> dict:
 
 def main() -> None:
     results = {label: probe(kernels) for label, kernels in KERNEL_SETS.items()}
+    cpu = f"{cpu_name_and_vendor()[0]} ({cpu_identity()})"  # the kernels' costs differ by vendor (issue #73)
+    print(f"CPU: {cpu}")
     print(f"{'operation':30s} " + " ".join(f"{label + ' ' + r['kernels']:>32s}" for label, r in results.items()))
     for name in results["native"]["same_at_1_2_4_16_threads"]:
         cells = ["same" if r["same_at_1_2_4_16_threads"][name] else "DIFFERS" for r in results.values()]
@@ -74,7 +76,7 @@ def main() -> None:
     for threads in ("1", "2"):
         cells = [f"{r['forward_s'][threads]:.3f} s" for r in results.values()]
         print(f"{'forward 16x96, ' + threads + ' thread(s)':30s} " + " ".join(f"{c:>32s}" for c in cells))
-    print(json.dumps({"benchmark": "numerics", **results}))
+    print(json.dumps({"benchmark": "numerics", "cpu": cpu, **results}))
 
 
 if __name__ == "__main__":
