@@ -71,6 +71,8 @@ class GenerationConfig:
     batch_size: int = 16  # an upper bound on items per forward; the token budget decides below it
     token_budget: int | None = None  # padded tokens per forward; default per device (persalign.engine.batching)
     max_prompt_tokens: int = 1536  # demos are dropped (never the query) to fit
+    cuda_graph: bool = False  # the policy decodes on a captured step (engine/graphed_decode.py): on CUDA a replay
+    # per token; elsewhere the same step uncaptured. Off: the eager loop, whose numbers the goldens hold
 
 
 @dataclass

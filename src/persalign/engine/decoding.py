@@ -109,7 +109,11 @@ def prefill(lm, prompts: list[list[int]]) -> Prefill:
 
 @torch.no_grad()
 def decode_from(lm, state: Prefill, choose_next: ChooseNext, max_new_tokens: int) -> list[list[int]]:
-    """Decode from a prefill; the cache grows (crop it to `state.width` to reuse the prompt)."""
+    """Decode from a prefill; the cache grows (crop it to `state.width` to reuse the prompt). A policy whose
+    `graphs` holder is set (generation.cuda_graph) decodes on its captured step instead: the same tokens
+    (engine/graphed_decode.py), its prefill's cache left as it was."""
+    if getattr(lm, "graphs", None) is not None:
+        return lm.graphs.decode_from(lm, state, choose_next, max_new_tokens)
     mask, logprobs = state.mask, state.logprobs
     rows = RowTracker(lm.tokenizer, logprobs.shape[-1], mask.shape[0], lm.device)
     next_pos = state.positions[:, -1] + 1

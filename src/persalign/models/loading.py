@@ -18,6 +18,7 @@ class LoadedLM:
     model: torch.nn.Module
     tokenizer: object
     device: torch.device
+    graphs: object = None  # engine.graphed_decode.GraphedDecodes where generation.cuda_graph is on (else eager)
 
 
 def decoder_stack(model) -> torch.nn.Module:

@@ -95,6 +95,10 @@ def policy_context(run_ctx: RunContext, lm) -> PolicyContext:
                           config.generation.max_new_tokens, draws)
     policy = PolicyContext(run_ctx, lm, formatter, samples)
     policy.meter.watch(lm.model)
+    if config.generation.cuda_graph:  # every decode of this policy on its captured step (graphed_decode.py)
+        from persalign.engine.graphed_decode import GraphedDecodes
+
+        lm.graphs = GraphedDecodes(policy.meter)
     samples.meter = policy.meter
     return policy
 
