@@ -6,7 +6,10 @@ Beside each policy sits the paper's reward backbone, a Qwen2.5-0.5B-shaped model
 r). Prompts are random ids of the lengths of real prompts (48–160 tokens); ICL prompts carry 4
 demonstrations before them (~600 tokens). Per architecture and batch size, each through persalign's own code:
 
-- greedy: `decoding.decode`; ICL (4 demonstrations): the same on the long prompts;
+- greedy: `decoding.decode`; ICL (4 demonstrations): the same on the long prompts; Best-of-N's sampling (the
+  seeded per-row sampler); each of the three again on the policy's captured step (`GraphedDecodes`, issue #76:
+  `generation.cuda_graph`), and transformers' own `generate` on a static cache, compiled (CUDA only: the anchor
+  issue #76 sets; its warm-up runs every timed shape once, as "the second call timed");
 - ARGS (k = 10, λ = 1) with the 0.5B RM: `args_decode` (the paper's design), and the same with its decode step
   captured as a CUDA graph and replayed (`GraphedArgs`: one capture per shape — rows and a 256-slot bucket —
   kept between decodes; the untimed warm-up pays the first, a prompt of another bucket pays its own in the
@@ -42,7 +45,9 @@ from persalign.core.registry import METHODS
 from persalign.decoders.args_decoding import RewardGuide, args_decode
 from persalign.decoders.args_graph import GraphedArgs
 from persalign.decoders.args_shared import HeadRow, shared_args_decode
-from persalign.engine.decoding import decode, greedy
+from persalign.decoders.best_of_n_samples import sampler
+from persalign.engine.decoding import decode, greedy, left_pad, prefill
+from persalign.engine.graphed_decode import GraphedDecodes
 from persalign.models.device import resolve_device, resolve_dtype
 from persalign.models.loading import LoadedLM
 from persalign.models.qwen_shapes import qwen_config
@@ -56,8 +61,12 @@ ARCHITECTURES = {  # the published configs' shapes (persalign.models.qwen_shapes
 }
 REWARD_BACKBONE = {"tiny": "tiny"}  # every Qwen2.5 policy: the paper's Qwen2.5-0.5B reward backbone
 DEMONSTRATIONS = 4
-STAGES = ("greedy", "icl", "args", "args_graph", "args_shared_pass", "scoring")
-FALLIBLE = ("args_graph",)  # new on a GPU: its failure is recorded in its row, and the other stages still run
+STAGES = ("greedy", "greedy_graph", "icl", "icl_graph", "sampling", "sampling_graph", "hf_static", "args", "args_graph",
+          "args_shared_pass", "scoring")
+FALLIBLE = ("args_graph", "greedy_graph", "icl_graph", "sampling_graph", "hf_static")  # new on a GPU: a failure is
+# recorded in its row, and the other stages still run
+HF_WIDTH = 160  # the anchor's prompts padded to the longest random prompt: one compiled shape per batch size
+WARM_EVERY_SHAPE = ("hf_static",)  # compiled per shape: every timed shape runs once before the timing
 
 
 def id_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
@@ -122,9 +131,22 @@ def stages(policy: LoadedLM, rm: LoadedLM, rm_head, args, inputs: dict) -> dict:
         logprob_sums(policy, ps + ps, chosen + rejected, batch_size=2 * len(ps))
         return count(chosen + rejected)
 
+    decodes = GraphedDecodes()  # the policy's captured steps, kept per shape like `graphs`
+
+    def graphed(ps, new, choose) -> int:
+        return count(decodes.decode_from(policy, prefill(policy, ps), choose, new))
+
+    def samples(ps):
+        return sampler(0, [f"prompt {i}" for i in range(len(ps))])
+
     return {
         "greedy": lambda ps, new: count(decode(policy, ps, greedy, new)),
+        "greedy_graph": lambda ps, new: graphed(ps, new, greedy),
         "icl": lambda ps, new: count(decode(policy, [demos + p for p in ps], greedy, new)),
+        "icl_graph": lambda ps, new: graphed([demos + p for p in ps], new, greedy),
+        "sampling": lambda ps, new: count(decode(policy, ps, samples(ps), new)),
+        "sampling_graph": lambda ps, new: graphed(ps, new, samples(ps)),
+        "hf_static": lambda ps, new: hf_static_generate(policy, ps, new),
         "args": lambda ps, new: count(args_decode(policy, RewardGuide(rm, rm_head, ["u"] * len(ps), 1.0, args.k), ps,
                                                   new)),
         "args_graph": lambda ps, new: count(graphs.decode(policy, RewardGuide(rm, rm_head, ["u"] * len(ps), 1.0,
@@ -135,11 +157,25 @@ def stages(policy: LoadedLM, rm: LoadedLM, rm_head, args, inputs: dict) -> dict:
     }
 
 
-def measure(fn, prompts: list[list[int]], batch: int, device: torch.device, new: int) -> dict:
+def hf_static_generate(policy: LoadedLM, prompts: list[list[int]], new: int) -> int:
+    """transformers' `generate`, greedy, on a static cache (which it compiles): every row `new` tokens."""
+    if policy.device.type != "cuda":
+        raise RuntimeError("CUDA only: compiling a static-cache generate on a CPU takes minutes per shape")
+    pad = policy.tokenizer.pad_token_id
+    ids, mask, _ = left_pad([[pad] * (HF_WIDTH - len(p)) + p for p in prompts], pad, policy.device)
+    mask[ids == pad] = 0  # the padding added here is padding too: every batch one shape, compiled once
+    out = policy.model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                                do_sample=False, cache_implementation="static", pad_token_id=pad)
+    return (out.shape[1] - ids.shape[1]) * len(prompts)
+
+
+def measure(fn, prompts: list[list[int]], batch: int, device: torch.device, new: int, every_shape: bool = False):
     """Tokens/s and prompts/s of fn over `prompts` in batches of `batch`, and its peak GPU memory. A short run
     of the same batch first, untimed: a shape's first use (allocator growth, kernel choice) is no stage's cost
-    (on the H200 on 2026-11-26, without it, greedy — timed first at each batch size — read slower than ARGS)."""
-    fn(prompts[:batch], 2)
+    (on the H200 on 2026-11-26, without it, greedy — timed first at each batch size — read slower than ARGS);
+    `every_shape`: every timed batch once, whole, instead (a stage compiled per shape)."""
+    for first in range(0, len(prompts) if every_shape else 1, batch):
+        fn(prompts[first: first + batch], new if every_shape else 2)
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
@@ -156,10 +192,11 @@ def measure(fn, prompts: list[list[int]], batch: int, device: torch.device, new:
 
 def measure_stage(name: str, fn, prompts: list[list[int]], batch: int, device: torch.device, new: int) -> dict:
     """`measure`, except that a FALLIBLE stage's error becomes its row ({"error": ...}) instead of ending the run."""
+    every_shape = name in WARM_EVERY_SHAPE
     if name not in FALLIBLE:
-        return measure(fn, prompts, batch, device, new)
+        return measure(fn, prompts, batch, device, new, every_shape)
     try:
-        return measure(fn, prompts, batch, device, new)
+        return measure(fn, prompts, batch, device, new, every_shape)
     except Exception as error:  # noqa: BLE001 — recorded, with its type, in the stage's row
         return {"error": f"{type(error).__name__}: {str(error)[:300]}"}
 
@@ -208,6 +245,24 @@ def markdown(results: dict) -> list[str]:
     return lines
 
 
+def decode_paths_markdown(results: dict) -> list[str]:
+    """Every decoding path eager and on its captured step (issue #76), beside transformers' compiled generate."""
+    lines = ["| arch | batch | greedy tok/s: eager / graphed | ICL: eager / graphed | sampling: eager / graphed "
+             "(graphed ÷ graphed greedy) | transformers static-cache generate |", "|" + "---|" * 6]
+    for arch, out in results.items():
+        for key in [k for k in out if k.startswith("batch")]:
+            row = out[key]
+            speed = {s: row[s].get("tokens_per_s") for s in ("greedy", "greedy_graph", "icl", "icl_graph",
+                                                              "sampling", "sampling_graph", "hf_static")}
+            text = {s: "failed" if v is None else f"{v:.0f}" for s, v in speed.items()}
+            ratio = f"{speed['sampling_graph'] / speed['greedy_graph']:.2f}" if None not in (
+                speed["sampling_graph"], speed["greedy_graph"]) else "–"
+            lines.append(f"| {arch} | {key[5:]} | {text['greedy']} / {text['greedy_graph']} | {text['icl']} / "
+                         f"{text['icl_graph']} | {text['sampling']} / {text['sampling_graph']} ({ratio}) | "
+                         f"{text['hf_static']} |")
+    return lines
+
+
 def graphed(row: dict) -> str:
     stage = row["args_graph"]
     if "error" in stage:
@@ -243,7 +298,7 @@ def run(args) -> dict:
 
 def main() -> None:
     result = run(parser().parse_args())
-    print("\n".join(markdown(result["results"])))
+    print("\n".join(markdown(result["results"]) + [""] + decode_paths_markdown(result["results"])))
     emit(result)
 
 

@@ -160,6 +160,42 @@ def test_a_lora_run_with_cuda_graph_reports_the_cpus_eager_numbers(device, tmp_p
     assert_same(cpu, graphed, same_machine=device.type == "cpu")
 
 
+def test_every_graphed_decode_path_writes_the_cpus_eager_tokens(device):
+    """float32: greedy, ICL (a demonstration block before each prompt) and Best-of-N's seeded sampling on the
+    policy's captured step (engine/graphed_decode.py; on the CPU run uncaptured) write the tokens of the CPU's
+    eager loop, batched and one prompt at a time (issue #76)."""
+    from persalign.decoders.best_of_n_samples import sampler
+    from persalign.engine.decoding import decode_from, prefill
+    from persalign.engine.graphed_decode import GraphedDecodes
+
+    cpu_lm, lm = tiny_on(torch.device("cpu")), tiny_on(device)
+    block = prompts_of(lm, ["an earlier headline of this user, and another one"])[0]
+    paths = {"greedy": (prompts_of(lm, TEXTS), lambda: greedy),
+             "icl": ([block + p for p in prompts_of(lm, TEXTS)], lambda: greedy),
+             "sampling": (prompts_of(lm, TEXTS), lambda: sampler(3, [f"q{i}" for i in range(len(TEXTS))]))}
+    graphs, same = GraphedDecodes(), {}
+    for name, (prompts, choose) in paths.items():
+        expected = decode_from(cpu_lm, prefill(cpu_lm, prompts), choose(), 8)
+        same[name] = graphs.decode_from(lm, prefill(lm, prompts), choose(), 8) == expected
+        if name != "sampling":  # a sampler's generators are per row: alone, row i would draw from row 0's
+            same[f"{name}_alone"] = [graphs.decode_from(lm, prefill(lm, [p]), choose(), 8)[0]
+                                     for p in prompts] == expected
+    record("graphed_decodes", {**same, "kept_steps": len(graphs.replayers)})
+    assert all(same.values()), same
+
+
+def test_a_run_with_generation_cuda_graph_reports_the_cpus_eager_numbers(device, tmp_path, monkeypatch):
+    """float32, `generation.cuda_graph: true`: zero-shot, ICL, ICL-RAG, ARGS's λ = 0 decodes and Best-of-N's
+    samples decode on the policy's captured step on the device and report what the eager run reports on the CPU."""
+    monkeypatch.setenv("PERSALIGN_CACHE", str(tmp_path / "cache"))
+    extra = ["decoders=[{name: zero_shot}, {name: icl, shots: 2}, {name: icl_rag, shots: 2}]",
+             "best_of_n.enabled=true", "best_of_n.ns=[2]", "dtype=float32"]
+    cpu = lora_run(tmp_path / "cpu", "device=cpu", *extra)
+    graphed = lora_run(tmp_path / "device", f"device={device.type}", "generation.cuda_graph=true", *extra)
+    record("run_generation_cuda_graph", {"cells": len(graphed)})
+    assert_same(cpu, graphed, same_machine=device.type == "cpu")
+
+
 def test_the_shared_args_pass_decodes_each_head_as_it_does_alone(device):
     lm = tiny_on(device)
     prompts = prompts_of(lm, TEXTS)

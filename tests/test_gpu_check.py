@@ -31,13 +31,16 @@ def test_the_dry_run_runs_every_step_and_writes_its_figures(tmp_path):
     checks = results["correctness"]["checks"]
     assert set(checks) == {"args_candidate_reward", "tokens", "graphed_args", "graphed_args_metered_flops",
                            "lora_run_cuda_graph", "shared_args_pass", "tiny_run_float32", "peak_gpu_memory_mib",
-                           "tiny_run_bf16"}
+                           "tiny_run_bf16", "graphed_decodes", "run_generation_cuda_graph"}
     assert checks["args_candidate_reward"]["largest_difference"]["teacher_forced"] <= 1e-4
     _the_host_cpu_step_compares_this_cpu_with_the_stored_one(results["host_cpu"], tmp_path)
     timing = results["timing"]["results"]["tiny"]
     for batch in ("batch1", "batch4"):
         assert {"greedy", "icl", "args", "args_shared_pass", "scoring"} <= set(timing[batch])
-        assert all(timing[batch][stage]["tokens"] > 0 for stage in ("greedy", "icl", "args", "args_graph", "scoring"))
+        assert all(timing[batch][stage]["tokens"] > 0 for stage in ("greedy", "icl", "args", "args_graph", "scoring",
+                                                                     "greedy_graph", "icl_graph", "sampling",
+                                                                     "sampling_graph"))
+        assert "CUDA only" in timing[batch]["hf_static"]["error"]  # the compiled anchor is timed on a GPU alone
     assert timing["reference"]["prompts_per_s"] > 0 and results["timing"]["targets"]
     assert results["pdpo_step"]["steps"] == 1
     stages = {row["stage"]: row for row in results["study"]["stages"]}
@@ -47,6 +50,7 @@ def test_the_dry_run_runs_every_step_and_writes_its_figures(tmp_path):
     assert stages["generation"]["planner_rates_s"] > 0 and stages["generation"]["measured_over_rates"] > 0
     report = (tmp_path / "gpu_check.md").read_text()
     assert "| tiny | 4 |" in report and "| generation |" in report and "P-DPO step at tiny" in report
+    assert "transformers static-cache generate" in report and "graphed greedy ≥ transformers'" in report
 
 
 @pytest.mark.slow
