@@ -6,6 +6,10 @@ single process, not the pool's sum.
 
     python benchmarks/bench_pool.py --workers 1 2 -- study demo            # the demo, cold model cache each time
     python benchmarks/bench_pool.py --workers 2 --warm-cache -- study demo
+    python benchmarks/bench_pool.py --workers 2 --warm-cache --keep /work/full-73 -- study configs/study_news_full.yaml
+
+--keep DIR keeps each run (DIR/workers-N) and its task log (DIR/workers-N/tasks.tsv: which worker ran which task,
+and when) for `bench_study.py --from-run` and the scale-out projection (docs/scale-out.md).
 """
 
 from __future__ import annotations
@@ -79,6 +83,7 @@ def main() -> None:
     parser.add_argument("--workers", type=count, nargs="+", default=[1, 2])
     parser.add_argument("--warm-cache", action="store_true", help="keep the model cache (default: a cold one "
                         "each time, model conversion included)")
+    parser.add_argument("--keep", type=Path, help="keep each run and its task log under this folder")
     parser.add_argument("persalign_args", nargs="+", help="the persalign command after --")
     args = parser.parse_args()
     from persalign.models.numerics import cpu_identity, cpu_name_and_vendor
@@ -90,12 +95,17 @@ def main() -> None:
                    else str(Path(tmp) / "cache")}
             if not env["PERSALIGN_CACHE"]:
                 env.pop("PERSALIGN_CACHE")
+            runs = args.keep / f"workers-{workers}" if args.keep else Path(tmp) / "runs"
+            if args.keep:
+                runs.mkdir(parents=True, exist_ok=True)
+                env["PERSALIGN_TASK_LOG"] = str(runs / "tasks.tsv")
             command = [sys.executable, "-m", "persalign.cli.commands", *args.persalign_args, "--quiet",
-                       "-o", str(Path(tmp) / "runs"), "--workers", str(workers)]
+                       "-o", str(runs), "--workers", str(workers)]
             result = {"benchmark": "pool", "cpu": cpu, "workers": workers, "cold_cache": not args.warm_cache,
                       "command": "persalign " + " ".join(args.persalign_args), **measure(command, env)}
             print(json.dumps(result), flush=True)
-            shutil.rmtree(Path(tmp) / "runs", ignore_errors=True)
+            if not args.keep:
+                shutil.rmtree(runs, ignore_errors=True)
 
 
 if __name__ == "__main__":

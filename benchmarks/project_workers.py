@@ -1,0 +1,151 @@
+"""How a pooled run's time grows with cores (issue #73): the run's own task graph (runner/task_graph.py, rebuilt from
+its config.yaml) scheduled on N workers as the local pool schedules it (a free worker takes the ready task of the
+lowest priority, then submission order), each task lasting what it took in the measured run (its task log:
+`PERSALIGN_TASK_LOG`, which `bench_pool.py --keep` writes). The driver's own time (data, embeddings, report:
+the measured wall minus the tasks' span) is added as measured.
+
+A projection, stated as one: tasks are assumed to take the seconds they took on the measured run's workers
+whatever the worker count (memory bandwidth shared by more workers would slow them; a single worker alone would
+speed them up a little), and the critical path is printed beside it: no worker count goes below it.
+
+    python benchmarks/project_workers.py --from-run /work/full-73/workers-2/study_news_full \\
+        --tasks /work/full-73/workers-2/tasks.tsv --wall 6000 --workers 1 2 4 8 16 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import sys
+import tempfile
+from collections import defaultdict, deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import count, existing_file, non_negative, run_folder  # noqa: E402
+
+
+@dataclass(eq=False)  # a task is its own identity (the submitter keys its refs by it)
+class Task:
+    name: str
+    priority: tuple
+    needs: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Recorder:
+    """A backend for task_graph.Submitter that records each task and what it waits for instead of running it."""
+
+    in_place = True
+
+    def __init__(self):
+        self.tasks: list[Task] = []
+
+    def remote(self, fn, priority: int = 0):
+        recorder = self
+
+        class Remote:
+            @staticmethod
+            def remote(config, planned, run_dir, *inputs) -> Task:
+                task = Task(task_name(fn.__name__, planned), (priority, len(recorder.tasks)),
+                            [arg for arg in inputs if isinstance(arg, Task)])
+                recorder.tasks.append(task)
+                return task
+
+        return Remote
+
+
+def task_name(kind: str, planned) -> str:
+    """The name runner/tasks.py writes to the task log for this task."""
+    if kind == "args_pass_files":
+        return f"args_pass {planned[0].cell.policy} ({len(planned)} cells)"
+    if kind == "train_files":
+        return f"train {planned.method_label} seed {planned.cell.seed}"
+    return f"cell {planned.cell.decoder} seed {planned.cell.seed}"
+
+
+def task_graph(run_dir: Path) -> list[Task]:
+    from persalign.core.config import load_config
+    from persalign.runner.resolve import resolve_run
+    from persalign.runner.store import RunStore
+    from persalign.runner.task_graph import Submitter, submit_all
+
+    resolved = resolve_run(load_config(str(run_dir / "config.yaml")))
+    recorder = Recorder()
+    with tempfile.TemporaryDirectory() as empty:  # nothing stored: every task of the run
+        cells = list(resolved.cells)
+        submit_all(Submitter(recorder, resolved.config, RunStore(empty), shared_args=True), cells, cells)
+    return recorder.tasks
+
+
+def measured_seconds(tsv: Path) -> tuple[dict[str, deque], float]:
+    """Each task name's durations in the order they ended, and the span from the first start to the last end."""
+    started, durations, times = {}, defaultdict(deque), []
+    for line in tsv.read_text().splitlines():
+        event, what, worker, _where, stamp = line.split("\t")
+        times.append(float(stamp))
+        if event == "start":
+            started[worker] = (what, float(stamp))
+        elif started.get(worker, ("",))[0] == what:
+            durations[what].append(float(stamp) - started.pop(worker)[1])
+    return durations, max(times) - min(times)
+
+
+def schedule(tasks: list[Task], workers: int) -> float:
+    """The tasks' span on `workers` workers, the local pool's way: the ready task of the lowest priority first."""
+    waiting = {id(t): len(t.needs) for t in tasks}
+    after = defaultdict(list)
+    for task in tasks:
+        for need in task.needs:
+            after[id(need)].append(task)
+    ready = [(t.priority, id(t), t) for t in tasks if not t.needs]
+    heapq.heapify(ready)
+    running, now = [], 0.0  # (end time, id, task)
+    while ready or running:
+        while ready and len(running) < workers:
+            _, key, task = heapq.heappop(ready)
+            heapq.heappush(running, (now + task.seconds, key, task))
+        now, _, done = heapq.heappop(running)
+        for task in after[id(done)]:
+            waiting[id(task)] -= 1
+            if not waiting[id(task)]:
+                heapq.heappush(ready, (task.priority, id(task), task))
+    return now
+
+
+def critical_path(tasks: list[Task]) -> float:
+    finish: dict[int, float] = {}
+    for task in tasks:  # submission order is a topological order: a task's needs were submitted first
+        finish[id(task)] = task.seconds + max((finish[id(n)] for n in task.needs), default=0.0)
+    return max(finish.values())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--from-run", type=lambda t: Path(run_folder(t)), required=True)
+    parser.add_argument("--tasks", type=lambda t: Path(existing_file(t)), required=True, help="the run's task log")
+    parser.add_argument("--wall", type=non_negative, help="the measured wall seconds (adds the driver's own time)")
+    parser.add_argument("--workers", type=count, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    args = parser.parse_args()
+    tasks = task_graph(args.from_run)
+    durations, span = measured_seconds(args.tasks)
+    missing = [t.name for t in tasks if not durations.get(t.name)]
+    if missing:
+        sys.exit(f"{args.tasks}: no measured duration for {len(missing)} tasks, e.g. {missing[0]!r}")
+    for task in tasks:
+        task.seconds = durations[task.name].popleft()
+    driver = args.wall - span if args.wall else 0.0
+    total = sum(t.seconds for t in tasks)
+    print(f"{len(tasks)} tasks, {total / 60:.1f} worker-minutes; the tasks' measured span {span / 60:.1f} min, "
+          f"the driver's own {driver / 60:.1f} min; critical path {critical_path(tasks) / 60:.1f} min")
+    print("| workers | projected wall (min) | of which tasks | speed-up over 1 |")
+    print("|---|---|---|---|")
+    one = schedule(tasks, 1) + driver
+    for workers in args.workers:
+        span_n = schedule(tasks, workers)
+        print(f"| {workers} | {(span_n + driver) / 60:.1f} | {span_n / 60:.1f} | {one / (span_n + driver):.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
