@@ -66,6 +66,14 @@ non_negative = _checked(float, lambda v: math.isfinite(v) and v >= 0, "a finite 
 share = _checked(float, lambda v: math.isfinite(v) and 0 < v <= 1, "a share in (0, 1]")  # of a GPU's peak
 seed = _checked(int, lambda v: v >= 0, "a whole number >= 0")  # numpy's generators take no negative seed
 correlation = _checked(float, lambda v: math.isfinite(v) and -1 < v < 1, "a correlation in (-1, 1)")  # simulated noise
+t_df = _checked(int, lambda v: v >= 3, "a whole number >= 3")  # a t distribution's df with a variance
+
+
+def tails(text: str) -> int | None:
+    """A simulated tail: 'none' (normal) or a t's degrees of freedom >= 3."""
+    return None if text == "none" else _checked(int, lambda v: v >= 3, "'none' or a whole number >= 3")(text)
+
+
 floor = _checked(float, lambda v: v <= 1, "a number <= 1 or -inf")  # a reliability below which nothing is printed
 
 

@@ -16,6 +16,9 @@ COVERAGE_DRAWS (199) studies per candidate ρ; reports draw DRAWS (999): docs/de
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --group 2/0.9      # methods that err in pairs
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --users 32         # more users than methods
     python benchmarks/coverage_true_correlation.py --repetitions 1000 --min-reliability=-inf   # no floor
+    python benchmarks/coverage_true_correlation.py --repetitions 600 --true-df 4 --noise discrete_skewed \
+        --users 40 --cells pearson/10/0.7/0 pearson/10/0.4/0.5          # heavy-tailed methods (issue #75)
+    python benchmarks/coverage_true_correlation.py --sim-tails none 4 ...  # a variant of the simulated true means
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from unittest import mock
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import correlation, count, floor, seed  # noqa: E402
+from common import correlation, count, floor, seed, t_df, tails  # noqa: E402
 from persalign.analysis import true_correlation  # noqa: E402
 from persalign.analysis.correlations import correlate  # noqa: E402
 from persalign.analysis.intervals import correlation_interval  # noqa: E402
@@ -108,6 +111,13 @@ def main() -> None:
     parser.add_argument("--users", type=count, default=16,
                         help="users per study; each cell's reliability is that of a method's mean over them "
                              "(default 16, the tests'; the news study has 29)")
+    parser.add_argument("--true-df", type=t_df, help="the studies' true means bivariate t with this many degrees "
+                        "of freedom (default: normal)")
+    parser.add_argument("--noise", choices=["normal", "discrete_skewed"], default="normal",
+                        help="discrete_skewed: x an accuracy over 6 queries, y's noise right-skewed (issue #75)")
+    parser.add_argument("--sim-tails", nargs="+", type=tails,
+                        help="the interval's simulated true means: these tails in turn (none = normal; default: "
+                             "persalign's TRUE_MEANS_TAILS)")
     parser.add_argument("--min-reliability", type=floor, default=true_correlation.MIN_RELIABILITY,
                         help="the reliability below which no interval is printed (default: persalign's "
                              f"{true_correlation.MIN_RELIABILITY}; --min-reliability=-inf prints every study's)")
@@ -117,9 +127,12 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     grid = [(statistic, methods, reliability, rho) for statistic in args.statistics for methods in (6, 10, 20)
             for reliability in (0.3, 0.5, 0.9) for rho in (0.0, 0.5, 0.9)]
-    with mock.patch.object(true_correlation, "MIN_RELIABILITY", args.min_reliability):  # a variant, measured
+    simulated_tails = tuple(args.sim_tails) if args.sim_tails else true_correlation.TRUE_MEANS_TAILS
+    with mock.patch.object(true_correlation, "MIN_RELIABILITY", args.min_reliability), \
+            mock.patch.object(true_correlation, "TRUE_MEANS_TAILS", simulated_tails):  # a variant, measured
         for cell_ in args.cells or grid:
-            design = {"noise_corr": args.noise_corr, "group": args.group, "users": args.users}
+            design = {"noise_corr": args.noise_corr, "group": args.group, "users": args.users,
+                      "true_df": args.true_df, "noise": args.noise}
             print(row(cell_, args.repetitions, args.seed, design), flush=True)
 
 

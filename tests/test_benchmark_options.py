@@ -40,6 +40,8 @@ CASES = [  # script, arguments, what the one line says
     (TRUE_MEANS, ["--group", "0/0.5"], "must be SIZE/CORR"), (TRUE_MEANS, ["--group", "2/1"], "must be SIZE/CORR"),
     (TRUE_MEANS, ["--users", "0"], COUNT), (TRUE_MEANS, ["--min-reliability", "nan"], "a number <= 1 or -inf"),
     (TRUE_MEANS, ["--min-reliability", "1.5"], "a number <= 1 or -inf"),
+    (TRUE_MEANS, ["--true-df", "2"], "a whole number >= 3"), (TRUE_MEANS, ["--sim-tails", "none", "1"], "'none' or"),
+    (TRUE_MEANS, ["--noise", "cauchy"], "invalid choice"), ("coverage_difference.py", ["--repetitions", "0"], COUNT),
     ("spread_conditioning.py", ["--cells", "20/1.5/0/0.6"], "must be METHODS/RELIABILITY/RHO/NOISE_CORR"),
     ("spread_conditioning.py", ["--cells", "20/0.3"], "must be METHODS/RELIABILITY/RHO/NOISE_CORR"),
     ("spread_conditioning.py", ["--repetitions", "0"], COUNT), ("spread_conditioning.py", ["--seed", "-2"],

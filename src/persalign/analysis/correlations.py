@@ -8,7 +8,8 @@ the noise each mean carries counted, is analysis/true_correlation.py's. Degenera
 instead of NaN, so a report never shows a silent "nan". Values equal up to
 float rounding are made exactly equal first: two methods with the same share
 of correct pairs reach it by different sums (72.22222222222221 vs ...223),
-and ranking that noise changed the study's Kendall τ from -0.22 to -0.30.
+and ranking that noise changed the study's Kendall τ from -0.22 to -0.30. `distinct_deployments` merges
+methods whose per-user rows are identical (one deployment listed twice) before the true-means interval.
 
     python -c "from persalign.analysis.correlations import correlate; print(correlate([1,2,3,4],[1,3,2,4]))"
 """
@@ -75,3 +76,24 @@ def correlate(x, y, statistic: str = "kendall") -> Correlation:
 
 def correlate_all(x, y) -> dict[str, Correlation]:
     return {name: correlate(x, y, name) for name in STATISTICS}
+
+
+def distinct_deployments(x_rows: np.ndarray, y_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows with methods that are one deployment merged: methods whose per-user rows are identical on either
+    metric (the same generations: on the news study the methods that chose λ = 0 all decode greedily) have equal
+    true means there, which true means drawn independently per method cannot have (their likelihood would put the
+    true spread at 0). Each such group counts once, its rows averaged user by user; the result is sorted by its
+    values, so the simulation's draws and the interval do not depend on the order the methods were listed in."""
+    k = len(x_rows)
+    group = list(range(k))
+    for rows in (x_rows, y_rows):
+        scale = 1e-12 * (1 + np.abs(rows).max())
+        for i in range(k):
+            for j in range(i + 1, k):
+                if np.abs(rows[i] - rows[j]).max() <= scale:
+                    old, new = max(group[i], group[j]), min(group[i], group[j])
+                    group = [new if g == old else g for g in group]
+    labels = sorted(set(group))
+    merged = [[m for m in range(k) if group[m] == label] for label in labels]
+    rows = sorted((tuple(x_rows[m].mean(0)), tuple(y_rows[m].mean(0))) for m in merged)
+    return np.array([x for x, _ in rows]), np.array([y for _, y in rows])

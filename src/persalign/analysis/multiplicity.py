@@ -2,8 +2,8 @@
 and the leader against the runner-up.
 
 - `difference_p_value`: the p-value that matches the Δ interval (intervals.difference_interval, the union of
-  Hall's and the t interval): the union excludes 0 at level 1 − α exactly when both do, so p = max(p_t,
-  p_Hall), p_Hall the α at which Hall's bound reaches 0 (in closed form: Hall's g is increasing).
+  Hall's and the t interval at its skewness and df): the union excludes 0 at level 1 − α exactly when both do,
+  so p = max(p_t, p_Hall), p_Hall the α at which Hall's bound reaches 0 (in closed form: Hall's g is increasing).
 - `holm`: Holm's (1979) step-down adjustment: across a table of m Δ intervals the chance that any true-zero
   Δ is called non-zero stays ≤ α (each unadjusted interval alone holds 95 %; with 8 of them, some
   interval excludes 0 under a global null 23-28 % of the time).
@@ -20,17 +20,18 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from persalign.analysis.intervals import difference_interval
+from persalign.analysis.intervals import difference_interval, inflated_skew, tail_df
 
 
-def _hall_p_value(values: np.ndarray) -> float:
+def _hall_p_value(values: np.ndarray, df: float) -> float:
     """The α at which Hall's (1 − α) interval reaches 0. It holds μ where g((mean − μ)/se) lies in ±t_q, with
-    g(T) = T + aT²/3 + a²T³/27 + a/6 increasing (g' = (1 + aT/3)²), so it holds 0 while |g(mean/se)| ≤ t_q."""
+    g(T) = T + aT²/3 + a²T³/27 + a/6 increasing (g' = (1 + aT/3)²), so it holds 0 while |g(mean/se)| ≤ t_q; a
+    and the t's df are the Δ interval's (intervals.difference_rows_bounds)."""
     n = len(values)
     t = values.mean() / (values.std(ddof=1) / np.sqrt(n))
-    a = float(stats.skew(values, bias=True)) / np.sqrt(n)
+    a = float(inflated_skew(values)) / np.sqrt(n)
     g = t + a * t * t / 3 + a * a * t ** 3 / 27 + a / 6
-    return float(2 * stats.t.sf(abs(g), n - 1))
+    return float(2 * stats.t.sf(abs(g), df))
 
 
 def difference_p_value(values) -> float | None:
@@ -38,8 +39,9 @@ def difference_p_value(values) -> float | None:
     values = np.asarray(values, dtype=float)
     if difference_interval(values, (-np.inf, np.inf))["low"] is None:
         return None
-    t_p = float(stats.ttest_1samp(values, 0.0).pvalue)
-    return max(t_p, _hall_p_value(values))
+    df = float(tail_df(values))
+    t = values.mean() / (values.std(ddof=1) / np.sqrt(len(values)))
+    return max(float(2 * stats.t.sf(abs(t), df)), _hall_p_value(values, df))
 
 
 def holm(p_values: list[float | None]) -> list[float | None]:

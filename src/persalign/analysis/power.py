@@ -74,12 +74,11 @@ def _hall_shortfall(users: int, power: float, alpha: float) -> float:
 
     The interval is location-equivariant, so with draws z (sd 1) it excludes 0 at a true difference g
     exactly when g > -low(z): the difference found with `power` is that quantile of -low(z)."""
-    from persalign.analysis.intervals import hall_bounds
+    from persalign.analysis.intervals import difference_rows_bounds
 
     z = np.random.default_rng(users).normal(0, 1, (DRAWS, users))
-    low, _ = hall_bounds(z, 1 - alpha)
-    t_low = z.mean(1) - stats.t.ppf(1 - alpha / 2, users - 1) * z.std(1, ddof=1) / np.sqrt(users)
-    return float(np.quantile(-np.minimum(low, t_low), power))
+    low, _ = difference_rows_bounds(z, 1 - alpha)
+    return float(np.quantile(-low, power))
 
 
 def mean_detectable_difference(sd: float, users: int, power: float = POWER, alpha: float = ALPHA) -> float:
