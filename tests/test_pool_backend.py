@@ -146,9 +146,12 @@ def _resume_and_check(out: Path, env: dict, workers: str) -> str:
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
 def test_a_pooled_run_stopped_leaves_no_worker_and_resumes_with_another_worker_count(tmp_path, stop):
     driver, out, task_log, env = _start(tmp_path, "--workers", "2")
-    _wait_for(lambda: len(list(out.glob("cells/*/*/*/metrics.json"))) >= 2 and len(_workers(task_log)) == 2
-              and _unfinished_with_rows(out), "two finished cells on two workers and one cell part-way")
+    # stopped while at least 3 of the 10 cells are left: under load the last cell could be the part-way one, and
+    # the driver then finished before the signal came (a flaky failure in `make test-all` on 2026-11-29)
+    _wait_for(lambda: 2 <= len(list(out.glob("cells/*/*/*/metrics.json"))) <= 7 and len(_workers(task_log)) == 2
+              and _unfinished_with_rows(out), "two finished cells on two workers, one part-way, three or more left")
     workers = _workers(task_log)
+    assert driver.poll() is None, "the run ended before it could be stopped"
     driver.send_signal(stop)
     driver.wait(timeout=60)
     output = driver.stdout.read()
