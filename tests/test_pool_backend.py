@@ -101,8 +101,11 @@ def test_a_damaged_rows_file_is_named_in_the_run_dir_on_the_pool(tmp_path, capfd
 def _start(tmp_path: Path, *flags: str):
     out, task_log = tmp_path / "run", tmp_path / "tasks.log"
     env = {**os.environ, "PERSALIGN_CACHE": str(tmp_path / "cache"), "PERSALIGN_TASK_LOG": str(task_log)}
+    # SIGINT as a terminal gives it: a test worker that ignores SIGINT would hand its children SIG_IGN, and Python
+    # then installs no KeyboardInterrupt handler (the driver ran on to "finished" in make test-all, 2026-11-29)
     driver = subprocess.Popen([*COMMAND, "-o", str(out), *flags], env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True)
+                              stderr=subprocess.STDOUT, text=True,
+                              preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return driver, out, task_log, env
 
 
