@@ -150,7 +150,7 @@ def _cmd_plan(args) -> None:
     config = load_config(args.config, args.overrides)
     peak = args.gpu_tflops or GPU_PEAKS[args.gpu]
     say(plan(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown,
-                                 gpu_rates=args.gpu_rates)))
+                                 gpu_rates=args.gpu_rates, choose_design=args.choose_design, workers=args.workers)))
 
 
 def _cmd_list(args) -> None:

@@ -135,6 +135,11 @@ def _add_plan_arguments(planning) -> None:
                           help="this machine's seconds ÷ its floor (1.35: measured on the full-size news study)")
     planning.add_argument("--gpu-rates", metavar="FILE", help="a GPU's measured rates (benchmarks/gpu_rates.py; "
                           "one measured on an H200: benchmarks/measured/h200_rates.json): adds a column at them")
+    planning.add_argument("--choose-design", action="store_true", help="with --from-run: search the data's item "
+                          "thresholds, users, queries and seeds for the design that reads Findings 1-3 best (within "
+                          "--budget-hours), and state the users each finding needs")
+    planning.add_argument("--workers", type=int, help="the pool workers --choose-design's hours are for (default: "
+                          "every core)")
 
 
 def _add_export_arguments(export: argparse.ArgumentParser) -> None:

@@ -65,6 +65,8 @@ class PlanOptions:
     rate_reps: int = 2
     rates_model: str = "smollm2-135m-instruct"  # the model the machine's rates are measured on
     gpu_rates: str | None = None  # a GPU's measured rates (benchmarks/gpu_rates.py): the plan's last column
+    choose_design: bool = False  # search the data's designs for the findings (planner/design_choice.py)
+    workers: int | None = None  # the pool's workers the hours are for (None: every core, as a run)
 
 
 def plan_report(config, options: PlanOptions) -> str:
@@ -100,6 +102,12 @@ def plan_report(config, options: PlanOptions) -> str:
               "The GPU column counts FLOPs only: on an H200 decoding ran 70–290× slower than it (per-step overheads, "
               "docs/scale-out.md); --gpu-rates FILE adds a column at a GPU's measured rates.", ""]
     lines += power_lines(design, components, here, options)
+    if options.choose_design and options.from_run:
+        from persalign.planner.design_choice import choice_report
+        from persalign.runner.pool_backend import default_workers
+
+        workers = options.workers or default_workers()
+        lines += ["", choice_report(config, options.from_run, options.budget_hours, workers)]
     return "\n".join(lines)
 
 
@@ -192,16 +200,20 @@ PLAN_OPTION_RULES = {
     "gpu_tflops": (lambda v: 0 < v < math.inf, "a finite peak > 0 (TFLOP/s)"),
     "utilisation": (lambda v: 0 < v <= 1, "a share of the peak in (0, 1]"),
     "slowdown": (lambda v: 1 <= v < math.inf, "a finite factor >= 1 (this machine's seconds ÷ its floor)"),
+    "workers": (lambda v: 1 <= v <= 4096, "a number of pool workers from 1 to 4096"),
 }
 
 
 def check_plan_options(args) -> None:
     for name, (ok, rule) in PLAN_OPTION_RULES.items():
-        value = getattr(args, name)
+        value = getattr(args, name, None)
         if value is not None and not (math.isfinite(value) and ok(value)):
             raise ConfigError(f"--{name.replace('_', '-')}: {value!r} is not allowed (must be {rule})")
     if getattr(args, "gpu_rates", None) is not None:
         check_gpu_rates(args.gpu_rates)
+    if getattr(args, "choose_design", False) and not args.from_run:
+        raise ConfigError("--choose-design needs --from-run RUN_DIR: a finished run of the same data, whose noise "
+                          "and seconds the search scales")
 
 
 def check_gpu_rates(path: str) -> None:
