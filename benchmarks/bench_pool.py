@@ -9,7 +9,9 @@ single process, not the pool's sum.
     python benchmarks/bench_pool.py --workers 2 --warm-cache --keep /work/full-73 -- study configs/study_news_full.yaml
 
 --keep DIR keeps each run (DIR/workers-N) and its task log (DIR/workers-N/tasks.tsv: which worker ran which task,
-and when) for `bench_study.py --from-run` and the scale-out projection (docs/scale-out.md).
+and when) for `bench_study.py --from-run` and the scale-out projection (docs/scale-out.md), and the memory samples
+(DIR/workers-N/memory.tsv: seconds, summed RSS and PSS). Every result says when the PSS peak came, each process's
+PSS then, and (with --keep) the tasks running at that moment: where the pool's memory goes.
 """
 
 from __future__ import annotations
@@ -40,7 +42,13 @@ def _proportional_kib(entry: Path) -> int:
 
 
 def tree_memory_mib(root_pid: int) -> tuple[float, float]:
-    """(summed RSS, summed PSS) of `root_pid` and every descendant, from /proc; only the tree's own smaps are
+    """(summed RSS, summed PSS) of `root_pid` and every descendant (MiB)."""
+    processes = tree_processes(root_pid)
+    return sum(r for r, _ in processes.values()), sum(p for _, p in processes.values())
+
+
+def tree_processes(root_pid: int) -> dict[int, tuple[float, float]]:
+    """pid -> (RSS, PSS) in MiB of `root_pid` and every descendant, from /proc; only the tree's own smaps are
     read, so the sampling costs little beside the run."""
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
@@ -50,7 +58,7 @@ def tree_memory_mib(root_pid: int) -> tuple[float, float]:
                     int(entry.name))
             except OSError:
                 continue
-    rss = pss = 0
+    found = {}
     todo = [root_pid]
     while todo:
         pid = todo.pop()
@@ -59,23 +67,52 @@ def tree_memory_mib(root_pid: int) -> tuple[float, float]:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:
             continue
-        rss += next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
-        pss += _proportional_kib(Path(f"/proc/{pid}"))
-    return rss / 1024, pss / 1024
+        rss = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+        found[pid] = (rss / 1024, _proportional_kib(Path(f"/proc/{pid}")) / 1024)
+    return found
 
 
-def measure(command: list[str], env: dict) -> dict:
-    started, peak = time.perf_counter(), 0.0
+def measure(command: list[str], env: dict, samples: Path | None = None) -> dict:
+    """Wall seconds, the peak summed RSS and PSS, and the moment of the PSS peak with each process's PSS then;
+    every sample written to `samples` (TSV) when given."""
+    started, peak, peak_pss, at, shares = time.perf_counter(), 0.0, 0.0, 0.0, {}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    peak_pss = 0.0
+    log = samples.open("w") if samples else None
     while process.poll() is None:
-        rss, pss = tree_memory_mib(process.pid)
+        processes, now = tree_processes(process.pid), time.perf_counter() - started
+        rss, pss = sum(r for r, _ in processes.values()), sum(p for _, p in processes.values())
+        if pss > peak_pss:
+            at, shares, epoch = now, {pid: round(p) for pid, (_, p) in processes.items()}, time.time()
         peak, peak_pss = max(peak, rss), max(peak_pss, pss)
+        if log:
+            log.write(f"{now:.1f}\t{rss:.0f}\t{pss:.0f}\n")
         time.sleep(0.5)
+    if log:
+        log.close()
     if process.returncode:
         sys.exit(f"{' '.join(command)} failed ({process.returncode}):\n{process.stdout.read()[-3000:]}")
     return {"wall_s": round(time.perf_counter() - started, 1), "peak_tree_rss_mib": round(peak),
-            "peak_tree_pss_mib": round(peak_pss)}
+            "peak_tree_pss_mib": round(peak_pss), "peak_at_s": round(at, 1), "peak_process_pss_mib": shares,
+            "peak_epoch": round(epoch, 1) if shares else None}
+
+
+def tasks_running(task_log: Path, epoch: float | None) -> list[str]:
+    """The tasks of a pool's task log (start / end lines: kind, task, worker, run, epoch seconds) running at
+    `epoch`: what was in memory at the peak."""
+    if epoch is None or not task_log.is_file():
+        return []
+    begun: dict[tuple[str, str], float] = {}
+    running = []
+    for line in task_log.read_text().splitlines():
+        kind, task, worker, _, when = line.split("\t")
+        if kind == "start":
+            begun[(task, worker)] = float(when)
+        elif begun.get((task, worker), epoch + 1) <= epoch < float(when):
+            running.append(f"{task} ({worker})")
+        if kind == "end":
+            begun.pop((task, worker), None)
+    return sorted(running + [f"{task} ({worker}, unfinished)" for (task, worker), when in begun.items()
+                             if when <= epoch])
 
 
 def main() -> None:
@@ -102,7 +139,10 @@ def main() -> None:
             command = [sys.executable, "-m", "persalign.cli.commands", *args.persalign_args, "--quiet",
                        "-o", str(runs), "--workers", str(workers)]
             result = {"benchmark": "pool", "cpu": cpu, "workers": workers, "cold_cache": not args.warm_cache,
-                      "command": "persalign " + " ".join(args.persalign_args), **measure(command, env)}
+                      "command": "persalign " + " ".join(args.persalign_args),
+                      **measure(command, env, runs / "memory.tsv" if args.keep else None)}
+            if args.keep:
+                result["tasks_at_peak"] = tasks_running(runs / "tasks.tsv", result["peak_epoch"])
             print(json.dumps(result), flush=True)
             if not args.keep:
                 shutil.rmtree(runs, ignore_errors=True)
