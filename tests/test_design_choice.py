@@ -131,3 +131,10 @@ def test_the_choice_reads_a_stored_run_and_says_what_the_data_cannot_give(tmp_pa
     assert "no design: 6 adaptation users are needed beside as many training the reward models, and this data has 8 " \
            "authors at ≥ 10 items" in text
     assert "- Finding 1: rm_accuracy reliability 0.5: " in text and "across 3 distinct methods" in text
+
+
+def test_the_seeds_that_make_a_target_reachable_are_the_fewest_that_do():
+    shifted = metric(1.0, 1.0, v_method_seed=1.5)  # T = 1: 0.8 needs the seeds' shift 1.5 / s below 0.25
+    seeds = shifted.seeds_for(0.8)
+    assert seeds == 7 and shifted.users_for(0.8, 6.0, seeds)[0] is not None
+    assert shifted.users_for(0.8, 6.0, seeds - 1)[0] is None

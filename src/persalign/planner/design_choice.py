@@ -208,13 +208,13 @@ def chosen_lines(config, d: Candidate, budget_hours: float | None) -> list[str]:
             f"≤ {d.queries} queries × {d.seeds} seeds, {d.hours:.2f} h{real}; set " + " ".join(overrides)]
 
 
-def reading(found: tuple | None, seeds: int) -> str:
+def reading(found: tuple | None, seeds: int, seeds_needed: int | None) -> str:
     if found is None:
         return "- (the methods' means do not differ)"
     users, bound = found
     if users is None:
         return (f"out of reach with {seeds} seed{'s' * (seeds > 1)} (the seeds' shifts of the methods alone keep it "
-                "below)")
+                f"below; {seeds_needed} seeds would not)")
     return f"{'≥ ' if bound else ''}{users} users"
 
 
@@ -231,7 +231,8 @@ def needs_lines(noise, finding3, at: tuple[float, int], reaches: list[Reach]) ->
         for metric in metrics:
             for target in (0.5, 0.8):
                 found = noise.metrics[metric].users_for(target, q, s) if metric in noise.metrics else None
-                parts.append(f"{metric} reliability {target:g}: " + reading(found, s))
+                seeds = noise.metrics[metric].seeds_for(target) if metric in noise.metrics else None
+                parts.append(f"{metric} reliability {target:g}: " + reading(found, s, seeds))
         lines.append(f"- {finding}: " + "; ".join(parts))
     sd = math.sqrt(finding3.between ** 2 + finding3.within ** 2 / q)
     needed = users_needed(DEFAULT_GAP, sd)

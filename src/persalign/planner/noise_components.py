@@ -91,6 +91,15 @@ class MetricNoise:
         return (math.ceil(per_user / room - 1e-9) if room > 0 else None), bound  # 1e-9: 52.000…01 is 52
 
 
+    def seeds_for(self, target: float) -> int | None:
+        """The fewest seeds with which enough users reach `target` (the seeds' shifts alone stay below it)."""
+        true = self.true_spread if self.true_spread > 0 else self.observed_spread
+        if true <= 0:
+            return None
+        room = true * (1 - target) / target
+        return max(1, math.floor(max(self.v_method_seed, 0.0) / room) + 1)
+
+
 def metric_noise(values: np.ndarray, users: list[str]) -> MetricNoise:
     """Components of `values` (k methods, S seeds, J queries; `users[j]` the user of query j)."""
     k, seeds, queries = values.shape
