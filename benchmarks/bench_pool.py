@@ -77,7 +77,7 @@ def measure(command: list[str], env: dict, samples: Path | None = None) -> dict:
     every sample written to `samples` (TSV) when given."""
     started, peak, peak_pss, at, shares = time.perf_counter(), 0.0, 0.0, 0.0, {}
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    log = samples.open("w") if samples else None
+    log = samples.open("w", buffering=1) if samples else None  # line-buffered: readable while the run goes on
     while process.poll() is None:
         processes, now = tree_processes(process.pid), time.perf_counter() - started
         rss, pss = sum(r for r, _ in processes.values()), sum(p for _, p in processes.values())

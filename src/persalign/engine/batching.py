@@ -34,6 +34,36 @@ def default_budget(device: str | torch.device) -> int:
     return DEFAULT_BUDGET.get(torch.device(device).type, DEFAULT_BUDGET["cpu"])
 
 
+GPU_MEMORY_SHARE = 0.5  # of the free GPU memory one scoring or feature forward may fill
+GPU_BUDGET_RANGE = (1024, 1 << 20)  # tokens: at least a long prompt's row, at most what one forward needs
+
+
+def bytes_per_token(config, dtype_bytes: int, logits: bool) -> float:
+    """What a no-grad forward holds per token at its peak: a few copies of the residual stream, the MLP's
+    intermediate (gate and up), the KV the prefill keeps (the feature pass continues from it) and, where
+    log-probabilities are taken, the float32 logits and their log-softmax (an upper bound: only response
+    positions get them)."""
+    hidden = config.hidden_size
+    heads = config.num_attention_heads
+    head_dim = getattr(config, "head_dim", None) or hidden // heads
+    kv = 2 * config.num_hidden_layers * getattr(config, "num_key_value_heads", heads) * head_dim
+    intermediate = getattr(config, "intermediate_size", None) or 4 * hidden
+    return dtype_bytes * (4 * hidden + 2 * intermediate + kv) + (8 * config.vocab_size if logits else 0)
+
+
+def pass_limits(lm, batch_size: int | None, logits: bool) -> tuple[int, int | None]:
+    """(token budget, row cap) of a scoring or feature pass. CPU (and any device but CUDA): the measured
+    budget and the config's batch size, unchanged (the CPU's numbers). CUDA: the tokens half of the free
+    memory holds (`bytes_per_token`) and no row cap: a 16-row cap left an H200 forward at ~1,600 tokens."""
+    device = torch.device(lm.device)
+    if device.type != "cuda":
+        return default_budget(device), batch_size
+    free, _ = torch.cuda.mem_get_info(device)
+    per_token = bytes_per_token(lm.model.config, lm.model.dtype.itemsize, logits)
+    low, high = GPU_BUDGET_RANGE
+    return int(min(high, max(low, GPU_MEMORY_SHARE * free / per_token))), None
+
+
 def row_cost(width: int) -> float:
     return width * (1 + width / ATTENTION_WIDTH)
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from persalign.engine.batching import default_budget, map_batched
+from persalign.engine.batching import map_batched, pass_limits
 from persalign.models.loading import decoder_stack
 
 
@@ -35,12 +35,13 @@ def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], 
                       token_budget: int | None = None) -> list[np.ndarray]:
     """log π(y_t | x, y<t) for each response token, one array per (prompt, response).
 
-    Pairs are batched by length within a token budget (persalign.engine.batching); results keep the input order.
+    Pairs are batched by length within a token budget (persalign.engine.batching; on CUDA sized to the free
+    memory, `pass_limits`; `token_budget` overrides it); results keep the input order.
     """
-    budget = token_budget or default_budget(lm.device)
+    budget, cap = pass_limits(lm, batch_size, logits=True)
     pairs = list(zip(prompts, responses))
     return map_batched(pairs, [len(p) + len(r) for p, r in pairs], lambda batch: _logprobs_batch(lm, batch),
-                       budget, batch_size)
+                       token_budget or budget, cap)
 
 
 def _logprobs_batch(lm, batch: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:

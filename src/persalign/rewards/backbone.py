@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
 from persalign.core.files import DamagedFileError, read_tensors, set_aside
-from persalign.engine.batching import default_budget, plan_batches
+from persalign.engine.batching import pass_limits, plan_batches
 from persalign.engine.decoding import Prefill, left_pad
 from persalign.engine.scoring import continue_from_prefill, right_pad
 from persalign.engine.work_meter import shared_work
@@ -165,8 +165,8 @@ class RewardBackbone:
             pairs_of.setdefault(tuple(p), []).append(i)
         distinct = list(pairs_of)
         out = [None if r else torch.zeros((0, self.hidden_size), dtype=self.stored_dtype) for r in responses]
-        budget = self.token_budget or default_budget(self.lm.device)
-        plan = plan_batches([len(p) for p in distinct], budget, batch_size, same_length=True)
+        budget, cap = pass_limits(self.lm, batch_size, logits=False)  # CUDA: sized to its free memory, no row cap
+        plan = plan_batches([len(p) for p in distinct], self.token_budget or budget, cap, same_length=True)
         for batch in tqdm(plan, desc=f"reward features ({self.key})", unit="batch", leave=False,
                           disable=True if len(plan) < 4 else None):
             state = self._prefill_keeping_last_state([distinct[b] for b in batch])
