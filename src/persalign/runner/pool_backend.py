@@ -21,6 +21,7 @@ orphan keeps computing. Re-running resumes, with any worker count.
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing
 import os
 import signal
@@ -84,6 +85,26 @@ def _start_worker(log_path: str, driver: int) -> None:
     from persalign.models.numerics import pin_kernels
 
     pin_kernels()
+
+
+def run_task(fn, *args):
+    """A task in a worker, then the heap it freed given back to the system. glibc keeps freed small blocks in the
+    process: a worker that had trained GenARM went on holding ~1.7 GiB through the light head trainings that
+    followed (full news study, 2026-11-29), and two such workers are the pool's peak. Numbers are unaffected."""
+    try:
+        return fn(*args)
+    finally:
+        give_back_memory()
+
+
+def give_back_memory() -> bool:
+    """Collect garbage and return the heap's free pages to the system (glibc's malloc_trim); False where the C
+    library has no malloc_trim (not glibc: nothing to do)."""
+    gc.collect()
+    try:
+        return bool(ctypes.CDLL(None).malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
 
 
 class TaskFailed(PersalignError):
@@ -163,7 +184,7 @@ class LocalPool:
             ref = min(self.ready, key=lambda r: r.order)
             self.ready.remove(ref)
             ref.tries += 1
-            self.running[self._pool().submit(ref.fn, *ref.resolved)] = ref
+            self.running[self._pool().submit(run_task, ref.fn, *ref.resolved)] = ref
 
     def wait_one(self, refs: list) -> LocalRef:
         while True:
