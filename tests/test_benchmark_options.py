@@ -48,6 +48,7 @@ CASES = [  # script, arguments, what the one line says
                                                                  "a whole number >= 0"),
     ("spread_conditioning.py", ["--test", "wald"], "invalid choice"),
     ("paper_scale.py", ["--bench", "/nonexistent.jsonl"], "no such file"),
+    ("plan_check.py", ["--from-run", "/", "--check-run", "/"], "not a run folder (no config.yaml)"),
     ("paper_scale.py", ["--utilisation", "0"], "must be a share in (0, 1]"),
     ("paper_scale.py", ["--utilisation", "1.5"], "must be a share in (0, 1]"),
     ("gpu_rates.py", ["/nonexistent.json", "-o", "/tmp/x.json"], "no such file"),

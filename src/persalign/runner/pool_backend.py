@@ -249,6 +249,7 @@ def run_cells_on_pool(resolved, out_dir, options: PoolOptions, log):
     if not todo:
         return store
     run_context(resolved.config, store, log)  # data, split, embeddings: computed and cached once, here
+    give_back_memory()  # the embedder and the data it built are not needed here again (the driver held ~460 MiB)
     pool = LocalPool(options, store.root / "logs")
     log(f"local pool: {options.workers} workers, one torch thread each (their logs: {pool.log_dir})")
     try:
