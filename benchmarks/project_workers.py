@@ -32,6 +32,7 @@ class Task:
     priority: tuple
     needs: list = field(default_factory=list)
     seconds: float = 0.0
+    heavy: bool = False  # memory-heavy: the pool never runs two side by side
 
 
 class Recorder:
@@ -42,14 +43,14 @@ class Recorder:
     def __init__(self):
         self.tasks: list[Task] = []
 
-    def remote(self, fn, priority: int = 0):
+    def remote(self, fn, priority: int = 0, heavy: bool = False):
         recorder = self
 
         class Remote:
             @staticmethod
             def remote(config, planned, run_dir, *inputs) -> Task:
                 task = Task(task_name(fn.__name__, planned), (priority, len(recorder.tasks)),
-                            [arg for arg in inputs if isinstance(arg, Task)])
+                            [arg for arg in inputs if isinstance(arg, Task)], heavy=heavy)
                 recorder.tasks.append(task)
                 return task
 
@@ -92,25 +93,30 @@ def measured_seconds(tsv: Path) -> tuple[dict[str, deque], float]:
     return durations, max(times) - min(times)
 
 
-def schedule(tasks: list[Task], workers: int) -> float:
-    """The tasks' span on `workers` workers, the local pool's way: the ready task of the lowest priority first."""
+def schedule(tasks: list[Task], workers: int, heavy_at_once: int = 1) -> float:
+    """The tasks' span on `workers` workers, the local pool's way: the ready task of the lowest priority first,
+    a heavy one only while fewer than `heavy_at_once` heavy ones run (as the pool since 2026-11-29)."""
     waiting = {id(t): len(t.needs) for t in tasks}
     after = defaultdict(list)
     for task in tasks:
         for need in task.needs:
             after[id(need)].append(task)
-    ready = [(t.priority, id(t), t) for t in tasks if not t.needs]
-    heapq.heapify(ready)
+    ready = sorted((t for t in tasks if not t.needs), key=lambda t: t.priority)
     running, now = [], 0.0  # (end time, id, task)
     while ready or running:
-        while ready and len(running) < workers:
-            _, key, task = heapq.heappop(ready)
-            heapq.heappush(running, (now + task.seconds, key, task))
+        while len(running) < workers:
+            blocked = sum(t.heavy for _, _, t in running) >= heavy_at_once
+            task = next((t for t in ready if not (t.heavy and blocked)), None)
+            if task is None:
+                break
+            ready.remove(task)
+            heapq.heappush(running, (now + task.seconds, id(task), task))
         now, _, done = heapq.heappop(running)
         for task in after[id(done)]:
             waiting[id(task)] -= 1
             if not waiting[id(task)]:
-                heapq.heappush(ready, (task.priority, id(task), task))
+                ready.append(task)
+                ready.sort(key=lambda t: t.priority)
     return now
 
 
@@ -127,6 +133,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=lambda t: Path(existing_file(t)), required=True, help="the run's task log")
     parser.add_argument("--wall", type=non_negative, help="the measured wall seconds (adds the driver's own time)")
     parser.add_argument("--workers", type=count, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    parser.add_argument("--heavy-at-once", type=count, default=1, help="memory-heavy fits side by side at most, "
+                        "as `persalign run --heavy-at-once` (the pool before 2026-11-29: as many as workers)")
     args = parser.parse_args()
     tasks = task_graph(args.from_run)
     durations, span = measured_seconds(args.tasks)
@@ -141,9 +149,10 @@ def main() -> None:
           f"the driver's own {driver / 60:.1f} min; critical path {critical_path(tasks) / 60:.1f} min")
     print("| workers | projected wall (min) | of which tasks | speed-up over 1 |")
     print("|---|---|---|---|")
-    one = schedule(tasks, 1) + driver
+    rule = args.heavy_at_once
+    one = schedule(tasks, 1, rule) + driver
     for workers in args.workers:
-        span_n = schedule(tasks, workers)
+        span_n = schedule(tasks, workers, rule)
         print(f"| {workers} | {(span_n + driver) / 60:.1f} | {span_n / 60:.1f} | {one / (span_n + driver):.2f}× |")
 
 

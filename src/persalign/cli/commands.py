@@ -83,7 +83,8 @@ def _backend(args):
     """The local pool's options (--workers, else PERSALIGN_WORKERS, else one per core), else Ray's."""
     if args.backend == "local":
         from persalign.runner.pool_backend import PoolOptions, available_cores, default_workers
-        return PoolOptions(default_workers() if args.workers is None else args.workers or available_cores())
+        return PoolOptions(default_workers() if args.workers is None else args.workers or available_cores(),
+                           heavy_at_once=args.heavy_at_once)
     from persalign.runner.ray_backend import RayOptions
     return RayOptions(args.address, args.num_cpus, args.num_gpus, args.max_retries)
 

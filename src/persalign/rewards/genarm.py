@@ -109,6 +109,7 @@ class GenARM(RewardMethod):
     name, display = "genarm", "GenARM"
     token_level = True
     Settings = GenARMSettings
+    heavy_training = True  # vocabulary-wide log-softmax blocks: ~1.5-1.9 GiB a fit; the pool runs one at a time
 
     def make_head(self) -> nn.Module:
         return GenArmHead(self.hidden_size, self.settings, torch.Generator().manual_seed(self.settings.seed))

@@ -126,7 +126,7 @@ class _RayTasks:
         self.resources = {"num_cpus": options.num_cpus, "num_gpus": options.num_gpus,
                           "max_retries": options.max_retries}
 
-    def remote(self, fn, priority: int = 0):  # Ray's scheduler orders ready tasks itself
+    def remote(self, fn, priority: int = 0, heavy: bool = False):  # Ray's scheduler orders and places tasks itself
         return self.ray.remote(**self.resources)(fn)
 
     def wait_one(self, refs: list):

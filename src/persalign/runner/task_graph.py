@@ -34,6 +34,7 @@ class Submitter:
         # the order a backend starts ready tasks in where it has a choice (the local pool): training, then the
         # shared pass, then cells in plan order, so the critical path (training → the pass) starts first
         self.train, self.cell = backend.remote(train_files, priority=0), backend.remote(cell_files, priority=2)
+        self.heavy_train = backend.remote(train_files, priority=0, heavy=True)  # METHODS' `heavy_training`
         self.args_pass = backend.remote(args_pass_files, priority=1) if shared_args else None
         self.models, self.baselines, self.samples, self.members = {}, {}, {}, {}
         self.first_features = None  # the first frozen reward head's train task: it fills the features cache
@@ -48,7 +49,9 @@ class Submitter:
             else:
                 fills = self._fills_features(planned)
                 after = [self.first_features] if fills and self.first_features else []  # the cache filled first
-                self.models[key] = self.train.remote(self.config, planned, str(self.store.root), *after)
+                heavy = getattr(METHODS.get(planned.method.name), "heavy_training", False)
+                train = self.heavy_train if heavy else self.train
+                self.models[key] = train.remote(self.config, planned, str(self.store.root), *after)
                 self.pending[self.models[key]] = ("train", [planned])
                 if fills and self.first_features is None:
                     self.first_features = self.models[key]
