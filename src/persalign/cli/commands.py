@@ -5,8 +5,7 @@
     persalign report RUN_DIR [--format md|html]     tables (and figures) from stored results
     persalign data summary CONFIG [key=value ...]   users, pairs per user, examples
     persalign plan CONFIG [--budget-hours H]        cells, counted work, time, what the design can detect
-    persalign list                                  what is registered
-    persalign list --method pal                     one method's settings, each documented
+    persalign list [--method pal]                   what is registered; one method's settings, documented
     persalign export runs/demo --format csv         one row per cell, for pandas
     persalign generate RUN_DIR --deployment NAME --user USER PROMPT   a deployment's output for one user
     persalign serve RUN_DIR --deployment NAME       the same as an OpenAI-compatible endpoint
@@ -149,9 +148,9 @@ def _cmd_plan(args) -> None:
 
     check_plan_options(args)  # before the config, the data and the minute of rate measurement
     config = load_config(args.config, args.overrides)
-    peak = args.gpu_tflops or GPU_PEAKS[args.gpu]
-    say(plan(config, PlanOptions(args.from_run, args.budget_hours, peak, args.utilisation, args.slowdown,
-                                 gpu_rates=args.gpu_rates, choose_design=args.choose_design, workers=args.workers)))
+    say(plan(config, PlanOptions(args.from_run, args.budget_hours, args.gpu_tflops or GPU_PEAKS[args.gpu],
+                                 args.utilisation, args.slowdown, gpu_rates=args.gpu_rates,
+                                 choose_design=args.choose_design, workers=args.workers)))
 
 
 def _cmd_list(args) -> None:
