@@ -3,8 +3,9 @@
 The plan scales one stored run's noise components and seconds to another design. This reads the run the plan
 was made from (--from-run) and the run of the design it chose (--check-run), and sets the reliabilities the plan
 predicts for the checked run's real design (its users, harmonic queries per user and seeds) beside the ones that
-run measures, both with a seed's shift of a method counted as noise (planner/noise_components.py), and beside the
-report's own (which counts that shift as true spread). With --hours it also sets the plan's hours beside a
+run measures (the true share of its observed spread, ≤ 0 where its noise explains it all), both with a seed's
+shift of a method counted as noise (planner/noise_components.py), and beside the report's own (which counts that
+shift as true spread). With --hours it also sets the plan's hours beside a
 measured wall time.
 
     python benchmarks/plan_check.py --from-run RUN_PLANNED_FROM --check-run RUN_CHOSEN [--hours 1.99 --wall-s 6900]
@@ -25,10 +26,11 @@ def compare(planned_from: str, checked: str) -> dict:
     rows = {}
     for metric, measured in new.metrics.items():
         predicted = old.metrics[metric].reliability(*design)
-        report = measured.observed_spread - measured.user_noise
-        rows[metric] = {"predicted": round(predicted, 3), "measured": round(measured.reliability(*design), 3),
-                        "report": round(report / measured.observed_spread, 3) if measured.observed_spread > 0
-                        else None}
+        spread = measured.observed_spread
+        # measured as the share of the observed spread that is true (no fallback where it is ≤ 0)
+        rows[metric] = {"predicted": round(predicted, 3),
+                        "measured": round(measured.true_spread / spread, 3) if spread > 0 else None,
+                        "report": round((spread - measured.user_noise) / spread, 3) if spread > 0 else None}
     return {"design": {"users": new.users, "queries": round(new.queries, 2), "seeds": new.seeds},
             "reliability": rows}
 
