@@ -70,6 +70,23 @@ def test_a_run_made_before_the_token_budget_existed_resumes_unless_it_is_set(tmp
         store.prepare(to_dict(load_config("demo-baselines", ["generation.token_budget=512"])), {})
 
 
+def test_a_run_made_before_a_switch_existed_resumes_while_it_is_off(tmp_path):
+    """`make demo` on a run dir from before `generation.cuda_graph` (default false) stopped with "a different
+    config (generation.cuda_graph: None → False)" (2026-11-29); switched on it is a different config."""
+    from persalign.core.config import load_config
+    from persalign.core.errors import ConfigError
+    from persalign.core.typed_yaml import to_dict
+    from persalign.runner.store import RunStore
+
+    store = RunStore(tmp_path / "run")
+    old = to_dict(load_config("demo-baselines"))
+    del old["generation"]["cuda_graph"]
+    store.prepare(old, {})
+    store.prepare(to_dict(load_config("demo-baselines")), {})
+    with pytest.raises(ConfigError, match="different config"):
+        store.prepare(to_dict(load_config("demo-baselines", ["generation.cuda_graph=true"])), {})
+
+
 def _lambda_zero_decodes(monkeypatch, tmp_path, methods: str) -> tuple[int, dict]:
     """Run a tiny config where every method has λ = 0; how many ARGS batches were decoded at λ = 0."""
     from persalign.decoders import args_decoding

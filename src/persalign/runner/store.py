@@ -56,11 +56,13 @@ COMPLETION_MARKERS = ("metrics.json", "head.json")  # a cell / a trained model i
 
 
 def without_new_unset(new, old):
-    """`new` less the settings `old` predates and `new` leaves unset (None): a run made before a setting
-    existed resumes under code that has it, as long as it is not set."""
+    """`new` less the settings `old` predates and `new` leaves unset (None) or switched off (False, the
+    behaviour before a switch existed): a run made before a setting existed resumes under code that has it, as
+    long as it is not set. (`generation.cuda_graph: false` stopped `make demo` on a run dir made before it.)"""
     if not isinstance(new, dict) or not isinstance(old, dict):
         return new
-    return {k: without_new_unset(v, old.get(k)) for k, v in new.items() if k in old or v is not None}
+    return {k: without_new_unset(v, old.get(k)) for k, v in new.items()
+            if k in old or (v is not None and v is not False)}
 
 
 def extends(old: dict, new: dict) -> bool:
