@@ -41,12 +41,6 @@ def _proportional_kib(entry: Path) -> int:
         return 0
 
 
-def tree_memory_mib(root_pid: int) -> tuple[float, float]:
-    """(summed RSS, summed PSS) of `root_pid` and every descendant (MiB)."""
-    processes = tree_processes(root_pid)
-    return sum(r for r, _ in processes.values()), sum(p for _, p in processes.values())
-
-
 def tree_processes(root_pid: int) -> dict[int, tuple[float, float]]:
     """pid -> (RSS, PSS) in MiB of `root_pid` and every descendant, from /proc; only the tree's own smaps are
     read, so the sampling costs little beside the run."""

@@ -22,7 +22,11 @@ def test_freed_small_blocks_go_back_to_the_system():
     """Many small tensors freed stay in glibc's heap (the process keeps their pages) until malloc_trim: a worker
     that trained GenARM held ~1.7 GiB through the light tasks after it."""
     before = resident_mib()
-    blocks = [torch.randn(64, 64) for _ in range(20_000)]  # ~330 MiB, each below the mmap threshold
+    blocks, kept = [], []
+    for i in range(20_000):  # ~330 MiB, each below the mmap threshold
+        blocks.append(torch.randn(64, 64))
+        if i % 20 == 19:
+            kept.append(torch.zeros(1))  # live blocks among them: the heap's top cannot free itself
     grown = resident_mib() - before
     del blocks
     gc.collect()

@@ -130,8 +130,9 @@ def choose(designs: list[Candidate], budget_hours: float | None) -> Candidate | 
     return min(fitting, key=lambda d: (-round(d.weakest, 2), round(d.detectable, 1), d.hours), default=None)
 
 
-def overrides_of(design: Candidate, authors: int) -> list[str]:
-    return [f"data.min_items_per_user={design.threshold}", f"split.adapt_fraction={design.users / authors:.3f}",
+def overrides_of(design: Candidate) -> list[str]:
+    return [f"data.min_items_per_user={design.threshold}",
+            f"split.adapt_fraction={design.users / design.authors:.3f}",
             f"split.max_query_per_user={design.queries}", f"seeds={list(range(design.seeds))}"]
 
 
@@ -201,7 +202,7 @@ def chosen_lines(config, d: Candidate, budget_hours: float | None) -> list[str]:
     from persalign.runner.counted_plan import design_of
 
     within = f"within {budget_hours:g} h" if budget_hours else "with no budget (the most the data gives)"
-    overrides = overrides_of(d, d.authors)
+    overrides = overrides_of(d)
     made = design_of(with_design(config, d))
     real = f"; its split: {len(made.queries)} adaptation users, {made.query_items} query items (planned {d.items:.0f})"
     return [f"chosen {within}: {d.threshold}+ items per author ({d.authors} authors), {d.users} adaptation users × "
@@ -210,7 +211,7 @@ def chosen_lines(config, d: Candidate, budget_hours: float | None) -> list[str]:
 
 def reading(found: tuple | None, seeds: int, seeds_needed: int | None) -> str:
     if found is None:
-        return "- (the methods' means do not differ)"
+        return "none (the methods' means do not differ)"
     users, bound = found
     if users is None:
         return (f"out of reach with {seeds} seed{'s' * (seeds > 1)} (the seeds' shifts of the methods alone keep it "
@@ -222,11 +223,11 @@ def needs_lines(noise, finding3, at: tuple[float, int], reaches: list[Reach]) ->
     """The users each finding needs at `at` = (queries per user, harmonic mean; seeds), and what the data can
     reach."""
     from persalign.analysis.power import DEFAULT_GAP, users_needed
+    from persalign.planner.noise_components import FINDING_PAIRS
 
     q, s = at
     lines = [f"What each finding needs at {q:.1f} queries per user (harmonic mean) and {s} seeds:"]
-    for finding, metrics in (("Finding 1", ("rm_accuracy", "policy_accuracy")),
-                             ("Finding 2", ("policy_accuracy", "rouge1"))):
+    for finding, metrics in FINDING_PAIRS.items():
         parts = []
         for metric in metrics:
             for target in (0.5, 0.8):

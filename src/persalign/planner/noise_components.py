@@ -23,8 +23,8 @@ scales, each clipped at 0 (a negative v_user, sampling noise around 0, would let
 With them unclipped p(q_run, S) / U_run is N_run in expectation (tests/test_design_choice.py checks it).
 The report counts a seed's shift of a method as part of that trained method's true mean; the planner counts
 it as noise (Finding 1 is about methods, not training draws): T = S_observed − N_run − v_method_seed / S,
-so its reliability at the run's own design is at most the report's. A T ≤ 0 is replaced by the whole
-observed spread, and the users then found are a lower bound, as `users_for` says.
+so its reliability at the run's own design is at most the report's. Where T ≤ 0 the reliability reads 0 at
+every design, and `users_for` takes the whole observed spread as true: the users it finds are a lower bound.
 
     python -c "from persalign.planner.noise_components import run_components as c; print(c('runs/study'))"
 """
@@ -75,7 +75,8 @@ class MetricNoise:
         return users_part + max(self.v_method_seed, 0.0) / seeds
 
     def reliability(self, users: float, queries: float, seeds: int) -> float:
-        true = self.true_spread if self.true_spread > 0 else self.observed_spread
+        """T / (T + noise) at the design; 0 where the run measured no true spread (its noise explains it all)."""
+        true = self.true_spread
         return true / (true + self.noise(users, queries, seeds)) if true > 0 else 0.0
 
     def users_for(self, target: float, queries: float, seeds: int) -> tuple[int | None, bool] | None:
@@ -106,21 +107,19 @@ def metric_noise(values: np.ndarray, users: list[str]) -> MetricNoise:
     centred = values - values.mean(axis=0, keepdims=True)
     per_seed, shifts = seed_components(centred)
     averaged = centred.mean(axis=1)  # (k, J)
-    order = sorted(set(users))
+    index = {user: [j for j, u in enumerate(users) if u == user] for user in sorted(set(users))}
     between, within = [], []
     for m in range(k):
-        groups = [averaged[m, [j for j, u in enumerate(users) if u == user]] for user in order]
-        b, w = variance_components(groups)
+        b, w = variance_components([averaged[m, columns] for columns in index.values()])
         between.append(b)
         within.append(w - per_seed[m] / seeds)
-    user_means = np.array([[averaged[m, [j for j, u in enumerate(users) if u == user]].mean() for user in order]
-                           for m in range(k)])
+    user_means = np.stack([averaged[:, columns].mean(axis=1) for columns in index.values()], axis=1)  # (k, U)
     parts = noise_parts(user_means, user_means)
     scale = 1.0 / (k - 1)
-    counts = [users.count(user) for user in order]
+    counts = [len(columns) for columns in index.values()]
     return MetricNoise(scale * math.fsum(between), scale * math.fsum(within), scale * float(per_seed.sum()),
                        scale * float(shifts.sum()), float(parts["S"]["xx"]), float(parts["N"]["xx"]), k,
-                       (len(order), harmonic_queries(counts), seeds))
+                       (len(index), harmonic_queries(counts), seeds))
 
 
 def seed_components(centred: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
