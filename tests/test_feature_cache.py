@@ -1,4 +1,5 @@
-"""Frozen feature cache: shards hold only new entries, and a new backbone object reloads them all."""
+"""Frozen feature cache: shards hold only new entries, a new backbone object finds them all, and reads a feature
+only when asked for it (issue #73: the whole cache in every process before)."""
 
 import torch
 
@@ -23,9 +24,34 @@ def test_feature_cache_appends_shards_with_only_new_entries_and_reloads_them(tin
 
     assert len(shards) == 2 and len(responses_in(shards[0])) == 3 and len(responses_in(shards[1])) == 3
     reloaded = RewardBackbone(tiny_lm, "tiny-cache", tmp_path)
-    assert len([k for k in reloaded._cache if not k.startswith("prompt-")]) == 6
+    assert len([k for k in reloaded.cached_keys() if not k.startswith("prompt-")]) == 6
     for a, b in zip(states, reloaded.states(data.prompts[:3], data.chosen[:3])):
         assert torch.equal(a, b)
+
+
+def test_a_new_backbone_reads_only_the_features_it_is_asked_for(tiny_lm, tmp_path):
+    """Before, building a backbone read every shard whole: each task of the pool held the study's whole cache
+    (678 MB on the full news study) whatever it used. Fails on that code: the fresh backbone held all 12."""
+    data = toy_pairs(tiny_lm, 6, 0)
+    written = RewardBackbone(tiny_lm, "tiny-lazy", tmp_path)
+    expected = written.states(data.prompts, data.chosen)
+    fresh = RewardBackbone(tiny_lm, "tiny-lazy", tmp_path)
+    assert fresh._cache == {} and len(fresh.cached_keys()) == 12  # 6 responses, 6 prompts' last states
+    fresh._forward_shared_prompts = lambda *args: (_ for _ in ()).throw(AssertionError("recomputed"))
+    for a, b in zip(expected[2:4], fresh.states(data.prompts[2:4], data.chosen[2:4])):
+        assert torch.equal(a, b)
+    assert len(fresh._cache) == 2
+
+
+def test_a_shard_cut_after_its_header_was_read_is_set_aside_and_its_features_computed_again(tiny_lm, tmp_path):
+    data = toy_pairs(tiny_lm, 2, 0)
+    expected = RewardBackbone(tiny_lm, "tiny-cut", tmp_path).states(data.prompts, data.chosen)
+    reader = RewardBackbone(tiny_lm, "tiny-cut", tmp_path)
+    shard = next(reader.cache_path.glob("shard-*.safetensors"))
+    shard.write_bytes(shard.read_bytes()[:100])  # another process cut it after this one read its header
+    for a, b in zip(expected, reader.states(data.prompts, data.chosen)):
+        assert torch.equal(a, b)
+    assert (shard.parent / (shard.name + ".damaged")).exists()
 
 
 def test_states_before_reuse_the_cached_states_and_equal_a_shifted_forward(tiny_lm, tmp_path):
@@ -47,8 +73,7 @@ def test_states_before_reuse_the_cached_states_and_equal_a_shifted_forward(tiny_
     for a, b in zip(before, reloaded.states_before(data.prompts, data.chosen)):
         assert torch.equal(a, b)
     older = RewardBackbone(tiny_lm, "tiny-before", tmp_path)  # a cache written before prompt states were kept
-    for key in [k for k in older._cache if k.startswith("prompt-")]:
-        del older._cache[key]
+    older._stored.where = {k: s for k, s in older._stored.where.items() if not k.startswith("prompt-")}
     for a, b in zip(before, older.states_before(data.prompts, data.chosen)):
         assert torch.allclose(a, b, atol=1e-5)
 
@@ -74,7 +99,7 @@ def test_a_cache_filled_by_the_padded_feature_pass_is_not_mixed_in(tiny_lm, tmp_
     RewardBackbone(tiny_lm, "tiny-old", tmp_path).states(data.prompts, data.chosen)
     written = next((tmp_path / "features").iterdir())
     written.rename(tmp_path / "features" / "tiny-old")  # where the padded pass of earlier versions kept its shards
-    assert RewardBackbone(tiny_lm, "tiny-old", tmp_path)._cache == {}
+    assert RewardBackbone(tiny_lm, "tiny-old", tmp_path).cached_keys() == set()
 
 
 def test_a_bf16_backbone_stores_bf16_states_and_hands_out_their_exact_float32(tiny_lm, tmp_path):

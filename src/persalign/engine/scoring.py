@@ -44,6 +44,18 @@ def response_logprobs(lm, prompts: list[list[int]], responses: list[list[int]], 
                        token_budget or budget, cap)
 
 
+HEAD_ROWS = 512  # response positions per LM-head product: the float32 logits of a 16k-token batch held ~2 GB
+
+
+def head_chunks(rows: int, size: int = HEAD_ROWS) -> list[tuple[int, int]]:
+    """(start, end) of near-equal chunks of at most `size` rows. Equal chunks, never a remainder of one row:
+    a one-row product takes another kernel (a matrix-vector one) whose sums differ in the last bits, while
+    chunks of tens of rows or more give each row the whole product's floats (tests/test_scoring_chunks.py)."""
+    parts = max(1, -(-rows // size))
+    bounds = [rows * part // parts for part in range(parts + 1)]
+    return list(zip(bounds[:-1], bounds[1:]))
+
+
 def _logprobs_batch(lm, batch: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
     backbone, head = decoder_stack(lm.model), lm.model.get_output_embeddings()
     ids, mask = right_pad([p + r for p, r in batch], lm.tokenizer.pad_token_id, lm.device)
@@ -53,10 +65,10 @@ def _logprobs_batch(lm, batch: list[tuple[list[int], list[int]]]) -> list[np.nda
         cols += range(len(p) - 1, len(p) + len(r) - 1)  # the state before each response token
     if not rows:
         return [np.zeros(0, dtype=np.float32) for _ in batch]
-    hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state
-    logits = head(hidden[rows, cols]).float()
+    hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state[rows, cols]
     targets = ids[rows, [c + 1 for c in cols]]
-    picked = torch.log_softmax(logits, dim=-1).gather(1, targets[:, None]).squeeze(1).cpu().numpy()
+    picked = torch.cat([torch.log_softmax(head(hidden[start:end]).float(), dim=-1).gather(1, targets[start:end, None])
+                        for start, end in head_chunks(len(rows), HEAD_ROWS)]).squeeze(1).cpu().numpy()
     out, offset = [], 0
     for _, r in batch:
         out.append(picked[offset : offset + len(r)])

@@ -23,13 +23,13 @@ import torch
 from safetensors.torch import save_file
 from tqdm.auto import tqdm
 
-from persalign.core.files import DamagedFileError, read_tensors, set_aside
 from persalign.engine.batching import pass_limits, plan_batches
 from persalign.engine.decoding import Prefill, left_pad
 from persalign.engine.scoring import continue_from_prefill, right_pad
 from persalign.engine.work_meter import shared_work
 from persalign.models.loading import decoder_stack
 from persalign.models.numerics import kernel_tag
+from persalign.rewards.feature_shards import FeatureShards
 
 FEATURE_PASS = "unpadded"  # names the cache folder; change it when the pass's floats change
 
@@ -41,19 +41,6 @@ def response_positions(prompt_lengths: list[int], response_lengths: list[int]) -
         rows += [row] * r
         cols += range(p, p + r)
     return rows, cols
-
-
-def _read_shard(shard: Path) -> dict[str, torch.Tensor]:
-    """A feature shard's tensors; a damaged shard is set aside and its features computed again."""
-    try:
-        tensors = read_tensors(shard)
-    except DamagedFileError as error:
-        set_aside(shard, error.problem, "its features are computed again")
-        return {}
-    if any(t.dim() not in (1, 2) or not t.is_floating_point() for t in tensors.values()):
-        set_aside(shard, "a tensor that is not a feature vector or matrix", "its features are computed again")
-        return {}
-    return tensors
 
 
 class RewardBackbone:
@@ -71,12 +58,18 @@ class RewardBackbone:
         # other floats for the same pairs and are not mixed in.
         self.cache_path = (None if cache_dir is None or trainable
                            else Path(cache_dir) / "features" / f"{key}-{FEATURE_PASS}-{kernel_tag(lm.device.type)}")
-        self._cache: dict[str, torch.Tensor] = {}
+        self._cache: dict[str, torch.Tensor] = {}  # the features this process has read or computed
         self._unsaved: set[str] = set()
         self.meter = None  # a WorkMeter: filling the cache is shared work (every method reads it)
-        if self.cache_path is not None:
-            for shard in sorted(self.cache_path.glob("shard-*.safetensors")):
-                self._cache.update(_read_shard(shard))
+        self._stored = FeatureShards(self.cache_path)  # on disk: read when asked for, not all at once
+
+    def cached_keys(self) -> set[str]:
+        """Every feature this backbone has without a forward: read or computed here, or in a stored shard."""
+        return set(self._cache) | set(self._stored.where)
+
+    def _have(self, keys) -> None:
+        """Read the stored features of `keys` this process does not hold yet (the others stay missing)."""
+        self._cache.update(self._stored.read([k for k in dict.fromkeys(keys) if k not in self._cache]))
 
     @property
     def hidden_size(self) -> int:
@@ -97,6 +90,7 @@ class RewardBackbone:
         if self.trainable:
             return self._forward(prompts, responses, batch_size)
         keys = [_pair_key(p, r) for p, r in zip(prompts, responses)]
+        self._have(keys)
         missing = sorted({k: i for i, k in enumerate(keys) if k not in self._cache}.items())
         if missing:
             index = [i for _, i in missing]
@@ -125,6 +119,7 @@ class RewardBackbone:
     def prompt_states(self, prompts: list[list[int]], batch_size: int | None = None) -> list[torch.Tensor]:
         """Hidden state at each prompt's last token (frozen; filled as a by-product of `states`)."""
         keys = [_prompt_key(p) for p in prompts]
+        self._have(keys)
         missing = list({k: p for k, p in zip(keys, prompts) if k not in self._cache}.values())
         if missing:
             with shared_work(self.meter):
@@ -196,7 +191,7 @@ class RewardBackbone:
         last = out.last_hidden_state[:, -1].to(self.stored_dtype).cpu()
         for p, h in zip(prompts, last):
             key = _prompt_key(list(p))
-            if key not in self._cache:
+            if key not in self._cache and key not in self._stored:
                 self._cache[key] = h.clone()
                 self._unsaved.add(key)
         return Prefill(mask, positions, out.past_key_values, None, ids.shape[1])
