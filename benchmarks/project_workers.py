@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import json
 import sys
 import tempfile
 from collections import defaultdict, deque
@@ -59,25 +60,80 @@ class Recorder:
 
 def task_name(kind: str, planned) -> str:
     """The name runner/tasks.py writes to the task log for this task."""
-    if kind == "args_pass_files":
+    if kind == "args_pass_files":  # before 2026-11-29: a policy's whole shared ARGS pass in one task
         return f"args_pass {planned[0].cell.policy} ({len(planned)} cells)"
+    if kind == "args_lambdas_files":
+        return f"args_lambdas {planned[0].cell.policy} ({len(planned)} cells)"
+    if kind == "args_batches_files":
+        members, part, parts = planned
+        return f"args_batches {members[0].cell.policy} part {part + 1} of {parts}"
+    if kind == "args_members_files":
+        from persalign.runner.tasks import _seeds
+
+        members, group = planned
+        return f"args_members {members[0].cell.policy} ({len(group)} cells{_seeds(group)})"
     if kind == "train_files":
         return f"train {planned.method_label} seed {planned.cell.seed}"
     return f"cell {planned.cell.decoder} seed {planned.cell.seed}"
 
 
-def task_graph(run_dir: Path) -> list[Task]:
+def task_graph(run_dir: Path, workers: int = 2) -> list[Task]:
     from persalign.core.config import load_config
+    from persalign.runner.pool_backend import pass_parts
     from persalign.runner.resolve import resolve_run
     from persalign.runner.store import RunStore
     from persalign.runner.task_graph import Submitter, submit_all
 
     resolved = resolve_run(load_config(str(run_dir / "config.yaml")))
     recorder = Recorder()
-    with tempfile.TemporaryDirectory() as empty:  # nothing stored: every task of the run
+    with tempfile.TemporaryDirectory() as empty:  # nothing stored: every task of the run, as the pool submits them
         cells = list(resolved.cells)
-        submit_all(Submitter(recorder, resolved.config, RunStore(empty), shared_args=True), cells, cells)
+        submit_all(Submitter(recorder, resolved.config, RunStore(empty), shared_args=True,
+                             pass_parts=pass_parts(workers), members_by_seed=workers > 2), cells, cells)
     return recorder.tasks
+
+
+def _jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def pass_task_seconds(run_dir: Path, tasks: list[Task]) -> dict[str, float]:
+    """The shared ARGS pass's tasks (λ choice, query-batch parts, members, a GenARM cell) from a run that ran
+    the pass as ONE task, out of its cells' own records. The λ choice is the rows' λ seconds (lambda.json: the
+    pass's seconds charged by share). A part is the rows' charged generation seconds of its batches (their sum
+    is the pass's time on that batch). A members task is its cells' scoring, metrics and prompts; in each seed
+    task but the first, plus the scoring the first cell paid for every member (the policy's log-probs, memoised
+    in-process) once more. A cell the pass never takes (GenARM) is its own task: all of its seconds."""
+    cells = {}
+    for folder in sorted(run_dir.glob("cells/*/*/seed-*")):
+        choice = json.loads((folder / "lambda.json").read_text()) if (folder / "lambda.json").exists() else None
+        if choice is not None:  # an ARGS cell
+            cells[(folder.parent.name, int(folder.name.split("-")[1]))] = (choice, _jsonl(folder / "timings.jsonl"))
+    from persalign.runner.store import folder_name
+
+    taken = {key for key, (choice, _) in cells.items() if "shared_pass_members" in choice}
+    batches = [r for key in taken for r in cells[key][1] if isinstance(r.get("batch"), int)]
+    own = {key: sum(r.get(k, 0.0) for r in rows for k in ("scoring_s", "metrics_s", "prompts_s"))
+           + (0.0 if key in taken else sum(r.get("generation_s", 0.0) for r in rows) + choice["seconds"])
+           for key, (choice, rows) in cells.items()}
+    first = min(cells)  # the cell the in-process run scored first: it filled the shared memo
+    shared = own[first] - min(own[k] for k in cells if k[0] == first[0])
+    out: dict[str, float] = {}
+    for task in tasks:
+        if task.name.startswith("args_lambdas"):
+            out[task.name] = sum(cells[k][0]["seconds"] for k in taken)
+        elif task.name.startswith("args_batches"):
+            number, parts = map(int, task.name.rsplit("part ", 1)[1].split(" of "))
+            out[task.name] = sum(r["generation_s"] for r in batches if r["batch"] % parts == number - 1)
+        elif task.name.startswith("args_members"):
+            seed = int(task.name.split("seed ")[1].rstrip(")")) if "seed " in task.name else None
+            group = [k for k in taken if seed is None or k[1] == seed]
+            out[task.name] = sum(own[k] for k in group) + (shared if seed not in (None, first[1]) else 0.0)
+        elif task.name.startswith("cell "):  # an ARGS cell the pass never takes (GenARM): decoded alone
+            decoder, seed = task.name.removeprefix("cell ").rsplit(" seed ", 1)
+            if (folder_name(decoder), int(seed)) in own:
+                out[task.name] = own[(folder_name(decoder), int(seed))]
+    return out
 
 
 def measured_seconds(tsv: Path) -> tuple[dict[str, deque], float]:
@@ -136,24 +192,36 @@ def main() -> None:
     parser.add_argument("--heavy-at-once", type=count, default=1, help="memory-heavy fits side by side at most, "
                         "as `persalign run --heavy-at-once` (the pool before 2026-11-29: as many as workers)")
     args = parser.parse_args()
-    tasks = task_graph(args.from_run)
     durations, span = measured_seconds(args.tasks)
-    missing = [t.name for t in tasks if not durations.get(t.name)]
-    if missing:
-        sys.exit(f"{args.tasks}: no measured duration for {len(missing)} tasks, e.g. {missing[0]!r}")
-    for task in tasks:
-        task.seconds = durations[task.name].popleft()
     driver = args.wall - span if args.wall else 0.0
+    graphs = {workers: timed_tasks(args.from_run, durations, workers) for workers in sorted({1, *args.workers})}
+    tasks = graphs[2] if 2 in graphs else graphs[min(graphs)]
     total = sum(t.seconds for t in tasks)
-    print(f"{len(tasks)} tasks, {total / 60:.1f} worker-minutes; the tasks' measured span {span / 60:.1f} min, "
-          f"the driver's own {driver / 60:.1f} min; critical path {critical_path(tasks) / 60:.1f} min")
-    print("| workers | projected wall (min) | of which tasks | speed-up over 1 |")
-    print("|---|---|---|---|")
+    print(f"{len(tasks)} tasks at 2 workers, {total / 60:.1f} worker-minutes; the measured run's tasks spanned "
+          f"{span / 60:.1f} min, the driver's own {driver / 60:.1f} min")
+    print("| workers | projected wall (min) | of which tasks | critical path (min) | speed-up over 1 |")
+    print("|---|---|---|---|---|")
     rule = args.heavy_at_once
-    one = schedule(tasks, 1, rule) + driver
+    one = schedule(graphs[1], 1, rule) + driver
     for workers in args.workers:
-        span_n = schedule(tasks, workers, rule)
-        print(f"| {workers} | {(span_n + driver) / 60:.1f} | {span_n / 60:.1f} | {one / (span_n + driver):.2f}× |")
+        span_n = schedule(graphs[workers], workers, rule)
+        print(f"| {workers} | {(span_n + driver) / 60:.1f} | {span_n / 60:.1f} | "
+              f"{critical_path(graphs[workers]) / 60:.1f} | {one / (span_n + driver):.2f}× |")
+
+
+def timed_tasks(run_dir: Path, durations: dict, workers: int) -> list[Task]:
+    """The run's task graph as the pool submits it at `workers`, each task lasting what it took in the measured
+    run (its log), or, for the shared pass's tasks of a run that ran the pass whole, `pass_task_seconds`."""
+    tasks = task_graph(run_dir, workers)
+    measured = {name: deque(seconds) for name, seconds in durations.items()}
+    missing = [t for t in tasks if not measured.get(t.name)]
+    derived = pass_task_seconds(run_dir, missing) if missing else {}
+    unknown = [t.name for t in missing if t.name not in derived]
+    if unknown:
+        sys.exit(f"no measured duration for {len(unknown)} tasks, e.g. {unknown[0]!r}")
+    for task in tasks:
+        task.seconds = measured[task.name].popleft() if measured.get(task.name) else derived[task.name]
+    return tasks
 
 
 if __name__ == "__main__":

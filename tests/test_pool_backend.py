@@ -44,8 +44,11 @@ def test_the_tiny_study_at_one_and_two_workers_gives_every_number_and_generation
     assert_same(expected, views[2]["cells"], same_machine=same_machine)
     starts = Counter(parts[1] for parts in _task_lines(task_log) if parts[0] == "start")  # 1 worker: no tasks
     assert starts == Counter({"train Global RM seed 0": 1, "train LoRE seed 0": 1, "train MPU seed 0": 1,
-                              "args_pass tiny-llama (3 cells)": 1, "cell Zero-Shot seed 0": 1, "cell ICL (1-shot) seed 0": 1,
-                              "cell ICL (2-shot) seed 0": 1, "cell ICL-RAG (2-shot) seed 0": 1})  # ARGS: one shared pass
+                              "cell Zero-Shot seed 0": 1, "cell ICL (1-shot) seed 0": 1, "cell ICL (2-shot) seed 0": 1,
+                              "cell ICL-RAG (2-shot) seed 0": 1,  # ARGS: one shared pass, in tasks
+                              "args_lambdas tiny-llama (3 cells)": 1, "args_batches tiny-llama part 1 of 4": 1,
+                              "args_batches tiny-llama part 2 of 4": 1, "args_batches tiny-llama part 3 of 4": 1,
+                              "args_batches tiny-llama part 4 of 4": 1, "args_members tiny-llama (3 cells, seed 0)": 1})
 
 
 def test_every_deployment_on_two_workers_gives_the_pinned_numbers(tmp_path, cache_dir):

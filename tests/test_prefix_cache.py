@@ -76,6 +76,23 @@ def test_a_prefix_is_reused_across_batches_and_the_batch_in_hand_is_never_evicte
     assert cache.prefilled == 3  # b computed again, once
 
 
+def test_old_prefixes_leave_before_a_batchs_new_ones_are_computed():
+    """Issue #73 (memory): an ICL 8-shot cell kept 8 users' prefixes (~370 MB at news size) and computed a
+    batch's new ones beside them. Batches go user by user, so one is kept, and the others leave first (fails
+    before: the default kept 8, and both users' prefixes were held while the third was computed)."""
+    lm = TinyLM()
+    prompts, groups = _prompts(np.random.default_rng(0))
+    shared = shared_prefix_lengths(prompts, groups, min_tokens=4)
+    cache = PrefixCache(lm)
+    cache.prefill(prompts, shared)  # users a and b
+    held = []
+    compute = cache._compute_missing
+    cache._compute_missing = lambda keys: held.append(len(cache.entries)) or compute(keys)
+    third = [p[:-1] + [7, 7, 7, 7, 7, 7] for p in prompts[:2]]  # another user's prefix: a new one
+    cache.prefill([[9, 9, 9, 9, 9] + p for p in third], [5, 5])
+    assert held == [1] and len(cache.entries) == 2
+
+
 def _icl_run(tmp_path, *extra):
     config = tiny_config("seeds=[0]", "methods=[]", "decoders=[{name: icl, shots: 3}]", *extra)
     store = run(config, tmp_path, **QUIET)

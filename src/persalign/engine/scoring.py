@@ -56,6 +56,15 @@ def head_chunks(rows: int, size: int = HEAD_ROWS) -> list[tuple[int, int]]:
     return list(zip(bounds[:-1], bounds[1:]))
 
 
+def picked_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """log π(target | state) of each row of `hidden` (positions × width): the head's float32 logits, their
+    log-softmax, the target's entry. Without gradients, `HEAD_ROWS` rows at a time; with them (P-DPO's training)
+    in one product, since chunks would sum the head's weight gradient in another order."""
+    chunks = head_chunks(len(hidden), HEAD_ROWS) if not torch.is_grad_enabled() else [(0, len(hidden))]
+    return torch.cat([torch.log_softmax(head(hidden[start:end]).float(), dim=-1).gather(1, targets[start:end, None])
+                      for start, end in chunks]).squeeze(1)
+
+
 def _logprobs_batch(lm, batch: list[tuple[list[int], list[int]]]) -> list[np.ndarray]:
     backbone, head = decoder_stack(lm.model), lm.model.get_output_embeddings()
     ids, mask = right_pad([p + r for p, r in batch], lm.tokenizer.pad_token_id, lm.device)
@@ -66,9 +75,7 @@ def _logprobs_batch(lm, batch: list[tuple[list[int], list[int]]]) -> list[np.nda
     if not rows:
         return [np.zeros(0, dtype=np.float32) for _ in batch]
     hidden = backbone(input_ids=ids, attention_mask=mask).last_hidden_state[rows, cols]
-    targets = ids[rows, [c + 1 for c in cols]]
-    picked = torch.cat([torch.log_softmax(head(hidden[start:end]).float(), dim=-1).gather(1, targets[start:end, None])
-                        for start, end in head_chunks(len(rows), HEAD_ROWS)]).squeeze(1).cpu().numpy()
+    picked = picked_logprobs(head, hidden, ids[rows, [c + 1 for c in cols]]).cpu().numpy()
     out, offset = [], 0
     for _, r in batch:
         out.append(picked[offset : offset + len(r)])
@@ -77,18 +84,21 @@ def _logprobs_batch(lm, batch: list[tuple[list[int], list[int]]]) -> list[np.nda
 
 
 @torch.no_grad()
-def continue_from_prefill(lm, state, prompt_rows: list[int], responses: list[list[int]]):
+def continue_from_prefill(lm, state, prompt_rows: list[int], responses: list[list[int]], width: int | None = None):
     """Hidden states of each response appended to its prompt's prefill (the prompt is not recomputed).
 
-    `prompt_rows[i]` is the prefill row that response i continues. The cache is
-    cut back to the prompt (decoding may have grown it) and gathered per response.
+    `prompt_rows[i]` is the prefill row that response i continues. The cache is cut back to the prompt
+    (decoding may have grown it) and gathered per response; where the rows are the prefill's own, in order,
+    the cut is a view, not a copy. `width`: the responses are padded to it (at least their longest).
     Returns (hidden (n, width, H), first-token log-probs (n, vocab)).
     """
+    same_rows = prompt_rows == list(range(state.mask.shape[0]))
     index = torch.tensor(prompt_rows, device=lm.device)
     for layer in state.cache.layers:
-        layer.keys = layer.keys[:, :, : state.width].index_select(0, index)
-        layer.values = layer.values[:, :, : state.width].index_select(0, index)
-    width = max(1, max(len(r) for r in responses))
+        keys, values = layer.keys[:, :, : state.width], layer.values[:, :, : state.width]
+        layer.keys, layer.values = (keys, values) if same_rows else (keys.index_select(0, index),
+                                                                     values.index_select(0, index))
+    width = max(width or 1, max(len(r) for r in responses))
     ids = torch.full((len(responses), width), lm.tokenizer.pad_token_id, dtype=torch.long, device=lm.device)
     cont_mask = torch.zeros((len(responses), width), dtype=state.mask.dtype, device=lm.device)
     for i, r in enumerate(responses):
@@ -105,22 +115,27 @@ def continue_from_prefill(lm, state, prompt_rows: list[int], responses: list[lis
 def logprobs_from_prefill(lm, state, groups: list[list[list[int]]]) -> list[list[np.ndarray]]:
     """log π(y_t | x, y<t) of several responses per prompt, reusing the prompts' prefill.
 
-    `groups[g][row]` is the g-th response of prompt `row` (e.g. chosen, rejected).
+    `groups[g][row]` is the g-th response of prompt `row` (e.g. chosen, rejected). One group at a time, each
+    padded to the longest response of all groups (each row's floats are those of one forward of every group:
+    tests/test_scoring_chunks.py): the prompt's cache is held once, not once per group (an ICL 8-shot cell's
+    scoring held 2 × 16 rows × ~1,300 tokens of keys and values, ~1.9 GB).
     """
     rows = state.mask.shape[0]
-    responses = [r for group in groups for r in group]
-    hidden, first = continue_from_prefill(lm, state, [i % rows for i in range(len(responses))], responses)
+    width = max(1, max(len(r) for group in groups for r in group))
     head = lm.model.get_output_embeddings()
-    out: list[list[np.ndarray]] = [[] for _ in groups]
-    for i, r in enumerate(responses):
-        if not r:
-            values = np.zeros(0, dtype=np.float32)
-        else:
-            tail = torch.log_softmax(head(hidden[i, : len(r) - 1]).float(), dim=-1) if len(r) > 1 else None
-            values = [first[i, r[0]]] + ([] if tail is None else list(tail[torch.arange(len(r) - 1), r[1:]]))
-            values = torch.stack(values).cpu().numpy()
-        out[i // rows].append(values)
+    out: list[list[np.ndarray]] = []
+    for group in groups:
+        hidden, first = continue_from_prefill(lm, state, list(range(rows)), group, width)
+        out.append([_response_logprobs(head, hidden[i], first[i], r) for i, r in enumerate(group)])
     return out
+
+
+def _response_logprobs(head, hidden: torch.Tensor, first: torch.Tensor, response: list[int]) -> np.ndarray:
+    if not response:
+        return np.zeros(0, dtype=np.float32)
+    tail = torch.log_softmax(head(hidden[: len(response) - 1]).float(), dim=-1) if len(response) > 1 else None
+    values = [first[response[0]]] + ([] if tail is None else list(tail[torch.arange(len(response) - 1), response[1:]]))
+    return torch.stack(values).cpu().numpy()
 
 
 def decoder_stack_of(lm):

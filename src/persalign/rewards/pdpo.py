@@ -43,7 +43,7 @@ from tqdm.auto import tqdm
 
 from persalign.core.registry import register_method
 from persalign.engine.decoding import Prefill, decode_from, greedy, left_pad
-from persalign.engine.scoring import response_logprobs, right_pad
+from persalign.engine.scoring import picked_logprobs, response_logprobs, right_pad
 from persalign.models.loading import decoder_stack
 from persalign.rewards.method import GENERIC_USER, load_parameters, save_parameters
 from persalign.rewards.settings import COUNT, FRACTION, PersonalizedSettings, setting
@@ -134,9 +134,8 @@ class PDPO(nn.Module):
             rows += [row] * len(r)
             cols += range(n + len(p) - 1, n + len(p) + len(r) - 1)  # the state before each response token
             targets += r
-        logits = lm.model.get_output_embeddings()(hidden[rows, cols]).float()
-        target_ids = torch.tensor(targets, device=logits.device)
-        picked = torch.log_softmax(logits, -1).gather(1, target_ids[:, None]).squeeze(1)
+        picked = picked_logprobs(lm.model.get_output_embeddings(), hidden[rows, cols],
+                                 torch.tensor(targets, device=hidden.device))
         sums = torch.zeros(len(prompts), device=picked.device).index_add(
             0, torch.tensor(rows, device=picked.device), picked)
         return sums

@@ -150,22 +150,28 @@ class ArgsPass:
         """This member's ARGS outputs of a batch of query prompts, each row's candidate forwards, and the
         seconds this call spent decoding for every member and this member's share of them (Generated's
         pass_seconds_spent / pass_seconds_share)."""
-        digest = hashlib.sha256(json.dumps([batch.prompts, batch.users]).encode()).hexdigest()[:20]
-        path = self.folder / f"generation-{digest}.json"
-        outputs, spent = self._outputs.get(digest) or self._read(path, len(batch.prompts)), 0.0
-        if member_key(cell) not in outputs:
-            self.lambdas()  # chosen before the clock starts: the λ choice is its own stage
-            started = time.perf_counter()
-            outputs = self._decode_batch(batch)
-            spent = time.perf_counter() - started
-            write_atomic(path, json.dumps(outputs))
-        self._outputs[digest] = outputs
+        outputs, spent = self.stored_batch(batch)
         rows = outputs[member_key(cell)]
         max_new = self.policy.run.config.generation.max_new_tokens
         forwards = [alone_forwards(ids, max_new, done, ties) for ids, done, ties
                     in zip(rows["ids"], rows["done"], rows["near_ties"])]
         return rows["ids"], forwards, {"pass_seconds_spent": spent,
                                        "pass_seconds_share": sum(rows.get("seconds", []))}
+
+    def stored_batch(self, batch) -> tuple[dict, float]:
+        """Every member's outputs of a batch of query prompts, decoded together where a member with λ ≠ 0 is
+        missing and stored before any is used, and the seconds this call spent decoding. Whichever member (or
+        task: runner/tasks.args_batches_files) comes first, the batch's rows and passes are the same."""
+        digest = hashlib.sha256(json.dumps([batch.prompts, batch.users]).encode()).hexdigest()[:20]
+        path = self.folder / f"generation-{digest}.json"
+        outputs, spent = self._outputs.get(digest) or self._read(path, len(batch.prompts)), 0.0
+        if any(member_key(cell) not in outputs for cell, lam in self.lambdas().items() if lam != 0):
+            started = time.perf_counter()  # after the λ choice (its own stage)
+            outputs = self._decode_batch(batch)
+            spent = time.perf_counter() - started
+            write_atomic(path, json.dumps(outputs))
+        self._outputs[digest] = outputs
+        return outputs, spent
 
     def _read(self, path, rows: int) -> dict:
         """A stored batch of the pass, or {} (decoded again) where it is absent or damaged: unreadable, a member

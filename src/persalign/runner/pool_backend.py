@@ -129,6 +129,15 @@ class LocalRef:
     resolved: tuple = field(default=())
 
 
+def pass_parts(workers: int) -> int:
+    """Tasks a shared ARGS pass's query batches are split over: two per worker, so that parts of uneven length
+    still keep every worker busy (the parts change no number: each batch is decoded as in-process). Past 2
+    workers the members' evaluation is split by seed too (`Submitter.members_by_seed`): each seed's task then
+    computes the scoring the members share once more (full news study: ~3.5 min a seed), which 2 workers
+    would pay for without a core to run it beside."""
+    return 2 * workers
+
+
 class LocalPool:
     """Task refs over a ProcessPoolExecutor, with the interface runner/task_graph.py expects. Its workers share
     the run dir (`in_place`); a task's own exception comes back as raised (persalign's one-line errors, an OS
@@ -262,7 +271,8 @@ def run_cells_on_pool(resolved, out_dir, options: PoolOptions, log):
     pool = LocalPool(options, store.root / "logs")
     log(f"local pool: {options.workers} workers, one torch thread each (their logs: {pool.log_dir})")
     try:
-        submitter = Submitter(pool, resolved.config, store, shared_args=True)
+        submitter = Submitter(pool, resolved.config, store, shared_args=True, pass_parts=pass_parts(options.workers),
+                              members_by_seed=options.workers > 2)
         submit_all(submitter, cells, todo)
         wait_all(submitter, Progress(len(cells), len(cells) - len(todo), log), log, stop_at_first=True)
     except BaseException:  # a task's error, Ctrl-C, SIGTERM (raised by the CLI): no worker outlives the unwinding

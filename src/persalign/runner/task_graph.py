@@ -6,8 +6,9 @@ args has its result, and returns a ref), `wait_one(refs)` (a ref that has finish
 raises one of `errors`). Dependencies are task refs passed as arguments: a deployment waits for the trained model
 it uses (trained once, whatever the number of policies and deployments using it), ARGS for the reference baseline's
 outputs (its win rate), a Best-of-N cell for the samples the previous one of its policy × seed drew. With
-`shared_args` (the local pool) a policy's ARGS cells run as one task, rows of their shared pass as in-process,
-and every reward head after the first waits for it, so the frozen backbone's features are computed once.
+`shared_args` (the local pool) a policy's ARGS cells are rows of one shared pass as in-process, in tasks: the λ
+choice, the query batches in `pass_parts` parts side by side, then each member (`submit_passes`); and every
+reward head after the first waits for the first, so the frozen backbone's features are computed once.
 On Ray the driver writes what each task returns, atomically, completion markers last (`RunStore.write_files`),
 as results arrive; the local pool's workers (`backend.in_place`) write the run dir themselves, as in-process.
 Either way an interrupted run loses no finished cell, and a re-run runs only what is missing.
@@ -20,14 +21,15 @@ from __future__ import annotations
 from persalign.core.registry import METHODS
 from persalign.runner.cells import is_pass_member, need_key
 from persalign.runner.store import folder_name
-from persalign.runner.tasks import args_pass_files, cell_files, train_files
+from persalign.runner.tasks import args_batches_files, args_lambdas_files, args_members_files, cell_files, train_files
 from persalign.runner.trained import trained_dir
 
 
 class Submitter:
     """Submits train and cell tasks with their dependencies; remembers what each pending ref is."""
 
-    def __init__(self, backend, config, store, shared_args: bool = False):
+    def __init__(self, backend, config, store, shared_args: bool = False, pass_parts: int = 1,
+                 members_by_seed: bool = False):
         self.backend, self.config, self.store, self.pending = backend, config, store, {}
         # a backend whose workers share the run dir (the local pool) reads it there: nothing to copy
         self.files = (lambda relative: {}) if getattr(backend, "in_place", False) else store.read_files
@@ -35,7 +37,9 @@ class Submitter:
         # shared pass, then cells in plan order, so the critical path (training → the pass) starts first
         self.train, self.cell = backend.remote(train_files, priority=0), backend.remote(cell_files, priority=2)
         self.heavy_train = backend.remote(train_files, priority=0, heavy=True)  # METHODS' `heavy_training`
-        self.args_pass = backend.remote(args_pass_files, priority=1) if shared_args else None
+        self.args_pass = shared_args  # a policy's ARGS cells as one shared pass, in tasks (submit_passes)
+        self.pass_parts = pass_parts  # tasks the pass's query batches are split over
+        self.members_by_seed = members_by_seed  # the members' evaluation in one task per seed (else one task)
         self.models, self.baselines, self.samples, self.members = {}, {}, {}, {}
         self.first_features = None  # the first frozen reward head's train task: it fills the features cache
 
@@ -58,12 +62,12 @@ class Submitter:
         return self.models[key]
 
     def _fills_features(self, planned) -> bool:
-        return (self.args_pass is not None and planned.needs == "reward_model"
+        return (self.args_pass and planned.needs == "reward_model"
                 and self.config.reward.mode == "frozen" and not getattr(METHODS.get(planned.method.name),
                                                                           "pretrained", False))
 
     def submit(self, planned) -> None:
-        if self.args_pass is not None and is_pass_member(planned, self.config):
+        if self.args_pass and is_pass_member(planned, self.config) and not never_a_pass_row(planned):
             self.members.setdefault(planned.cell.policy, []).append(planned)
             self.model(planned)
             return
@@ -84,20 +88,49 @@ class Submitter:
             self.samples[chain] = ref
 
     def submit_passes(self) -> None:
-        """One task per policy for the ARGS cells collected by `submit` (after every baseline is submitted)."""
+        """A policy's ARGS cells collected by `submit` (after every baseline is submitted), as its shared pass:
+        one task choosing every member's λ, `pass_parts` tasks decoding the query batches for every member at
+        once, then the members through the evaluator on the stored rows (runner/tasks.py), one task per seed
+        where `members_by_seed`, else one. Rows and passes are the in-process run's. A members task computes
+        the scoring the members share (the policy's log-probs of the held-out responses) once for its members."""
+        lambdas, batches = self.backend.remote(args_lambdas_files, priority=1), self.backend.remote(
+            args_batches_files, priority=1)
+        evaluate = self.backend.remote(args_members_files, priority=1)
         for policy, members in self.members.items():
             inputs = [self.files(p.cell.relpath()) for p in members]
             inputs += [self.model(p) for p in members]
-            if policy in self.baselines and any(p.properties.compares_with_reference for p in members):
-                inputs.append(self.baselines[policy])
             inputs.append(self.files(f"args_pass/{folder_name(policy)}"))
-            ref = self.args_pass.remote(self.config, members, str(self.store.root), *inputs)
-            self.pending[ref] = ("cell", members)
+            chosen = lambdas.remote(self.config, members, str(self.store.root), *inputs)
+            self.pending[chosen] = ("pass", members)
+            parts = [batches.remote(self.config, (members, part, self.pass_parts), str(self.store.root), chosen)
+                     for part in range(self.pass_parts)]
+            self.pending.update({part: ("pass", members) for part in parts})
+            baseline = [self.baselines[policy]] if policy in self.baselines else []
+            for group in member_groups(members, self.members_by_seed):
+                ref = evaluate.remote(self.config, (members, group), str(self.store.root), *parts, *baseline)
+                self.pending[ref] = ("cell", group)
         self.members = {}
 
     def baseline_from_store(self, planned) -> None:
         if planned.properties.reference_baseline:
             self.baselines.setdefault(planned.cell.policy, self.files(planned.cell.relpath()))
+
+
+def never_a_pass_row(planned) -> bool:
+    """An ARGS cell whose RM the shared pass never takes as a row (decoders/args_shared.shares_the_policy: a
+    token-level or text-level RM decodes alone, GenARM): a cell task of its own, not waiting for the pass."""
+    method = METHODS.get(planned.method.name)
+    return bool(getattr(method, "token_level", False) or getattr(method, "text_level", False))
+
+
+def member_groups(members: list, by_seed: bool) -> list[list]:
+    """The shared pass's members in evaluation tasks: one per seed, in plan order, or all in one."""
+    if not by_seed:
+        return [members]
+    seeds: dict[int, list] = {}
+    for planned in members:
+        seeds.setdefault(planned.cell.seed, []).append(planned)
+    return list(seeds.values())
 
 
 def submit_all(submitter: Submitter, cells: list, todo: list) -> None:
@@ -110,7 +143,7 @@ def submit_all(submitter: Submitter, cells: list, todo: list) -> None:
             submitter.submit(planned)
         else:
             submitter.baseline_from_store(planned)
-    if submitter.args_pass is not None:
+    if submitter.args_pass:
         submitter.submit_passes()
 
 
@@ -122,7 +155,8 @@ def wait_all(submitter: Submitter, progress, log, stop_at_first: bool = False) -
         ref = backend.wait_one(list(submitter.pending))
         kind, planned = submitter.pending.pop(ref)
         first = planned[0]
-        what = first.method_label if kind == "train" else ", ".join(p.cell.decoder for p in planned)
+        what = {"train": first.method_label, "pass": f"the ARGS pass ({len(planned)} cells)"}.get(
+            kind, ", ".join(p.cell.decoder for p in planned))
         try:
             submitter.store.write_files(backend.get(ref))
         except backend.errors as error:

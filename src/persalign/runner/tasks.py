@@ -1,9 +1,11 @@
 """The tasks every multi-process backend runs (the local pool, runner/pool_backend.py, and Ray): each works in a
 scratch run directory on its worker, seeded with the files it depends on, and returns the files it made.
 
-Three kinds: `train_files` fits and adapts one method for one seed; `cell_files` runs one planned cell through the
-one evaluator; `args_pass_files` runs a policy's ARGS cells as rows of its shared pass (runner/args_pass.py), as
-the in-process backend does, so the pass stays shared work done once. A worker keeps the run's data and each
+`train_files` fits and adapts one method for one seed; `cell_files` runs one planned cell through the one
+evaluator. A policy's ARGS cells share one pass (runner/args_pass.py), split in tasks that run side by side:
+`args_lambdas_files` chooses every member's λ, `args_batches_files` decodes a share of the query batches for
+every member at once, and `args_members_files` runs members through the evaluator on the stored batches. The
+pass stays shared work done once, its rows the in-process run's. A worker keeps the run's data and each
 policy it loaded between tasks (one config per worker process).
 
     persalign run demo --workers 2   # these tasks on a local pool of two single-threaded workers
@@ -108,14 +110,60 @@ def cell_files(config, planned, run_dir: str, *inputs) -> dict[str, bytes]:
         return _made(store, planned.cell.relpath(), *(["samples"] if planned.properties.reranks_samples else []))
 
 
-def args_pass_files(config, members: list, run_dir: str, *inputs) -> dict[str, bytes]:
-    """Task: a policy's ARGS cells decoded as rows of its shared pass, one cell after another as in-process; every
-    member's files and the pass's stored batches."""
-    from persalign.runner.cells import run_planned, shared_args_pass
+@contextmanager
+def _pass(config, members: list, run_dir: str, inputs: tuple, what: str):
+    """A policy context whose shared ARGS pass has `members` (runner/args_pass.py), the providers and the store."""
+    from persalign.runner.cells import shared_args_pass
 
-    what = f"args_pass {members[0].cell.policy} ({len(members)} cells)"
     with scratch_policy(config, members[0], run_dir, inputs, what) as (policy_ctx, providers, store):
         policy_ctx.args_pass = shared_args_pass(policy_ctx, members, providers)
-        for planned in members:
+        yield policy_ctx, providers, store
+
+
+def args_lambdas_files(config, members: list, run_dir: str, *inputs) -> dict[str, bytes]:
+    """Task: the λ of every member of a policy's shared pass, their validation decodes as rows of shared passes;
+    each member's lambda.json."""
+    what = f"args_lambdas {members[0].cell.policy} ({len(members)} cells)"
+    with _pass(config, members, run_dir, inputs, what) as (policy_ctx, _, store):
+        if policy_ctx.args_pass is not None:
+            policy_ctx.args_pass.choose_lambdas()
+        return _made(store, *[p.cell.relpath() for p in members])
+
+
+def args_batches_files(config, work: tuple, run_dir: str, *inputs) -> dict[str, bytes]:
+    """Task: query batches `part`, `part + parts`, ... of a policy's shared pass, every member's rows decoded
+    together and stored (RUN_DIR/args_pass/POLICY), as the first member to reach each batch decodes them
+    in-process: the same rows in the same passes, so the same tokens."""
+    from persalign.core.registry import DECODERS
+    from persalign.runner.evaluate import cell_batches
+
+    members, part, parts = work
+    what = f"args_batches {members[0].cell.policy} part {part + 1} of {parts}"
+    with _pass(config, members, run_dir, inputs, what) as (policy_ctx, _, store):
+        shared = policy_ctx.args_pass
+        cell = next(iter(shared.members()), None) if shared is not None else None
+        if cell is not None:  # every member batches the same plain prompts the same way
+            ctx = shared.context(cell)
+            deployment = DECODERS.get(shared.planned[cell].decoder)(ctx)
+            for batch in cell_batches(deployment, ctx)[part::parts]:
+                shared.stored_batch(deployment.prepare(batch))
+        return _made(store, *([] if shared is None else [shared.folder.relative_to(store.root)]))
+
+
+def args_members_files(config, work: tuple, run_dir: str, *inputs) -> dict[str, bytes]:
+    """Task: ARGS cells of a policy's shared pass through the one evaluator, one after another as in-process,
+    their outputs read from the pass's stored batches (a member the pass does not take, a token-level RM,
+    decodes alone); the cells' files."""
+    from persalign.runner.cells import run_planned
+
+    members, group = work
+    what = f"args_members {members[0].cell.policy} ({len(group)} cells{_seeds(group)})"
+    with _pass(config, members, run_dir, inputs, what) as (policy_ctx, providers, store):
+        for planned in group:
             run_planned(planned, policy_ctx, providers)
-        return _made(store, *[p.cell.relpath() for p in members], policy_ctx.args_pass.folder.relative_to(store.root))
+        return _made(store, *[p.cell.relpath() for p in group])
+
+
+def _seeds(group: list) -> str:
+    seeds = sorted({p.cell.seed for p in group})
+    return f", seed {seeds[0]}" if len(seeds) == 1 else ""

@@ -1,0 +1,92 @@
+"""The shared ARGS pass on the local pool, split in tasks that run side by side (issue #73: every core).
+
+A policy's pass was one task (79 min of the full news study's 128 on 2 workers, its critical path at any worker
+count). It is now: the λ choice of every member, the query batches in parts (each batch decoded for every member
+at once, as in-process), and the members' evaluation on the stored rows (one task per seed past 2 workers); a
+GenARM cell, which the pass never takes as a row, is a cell task of its own. The numbers stay the in-process
+run's, raw floats included.
+
+    pytest tests/test_pass_tasks.py
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+from persalign.core.config import load_config
+from persalign.runner.pool_backend import PoolOptions
+from persalign.runner.resolve import resolve_run
+from persalign.runner.run import run
+from persalign.runner.store import RunStore
+from persalign.runner.task_graph import Submitter, submit_all
+from tests.golden import TINY_ALL_DEPLOYMENTS, assert_same, view
+
+TWO_SEEDS = [*TINY_ALL_DEPLOYMENTS, "seeds=[0, 1]"]
+
+
+class Recorded:
+    def __init__(self, name, args):
+        self.name, self.needs = name, [a for a in args if isinstance(a, Recorded)]
+
+
+class Recorder:
+    """A backend that records each task and the tasks it waits for instead of running it."""
+
+    in_place = True
+
+    def __init__(self):
+        self.tasks = []
+
+    def remote(self, fn, priority=0, heavy=False):
+        tasks = self.tasks
+
+        class Remote:
+            @staticmethod
+            def remote(*args):
+                tasks.append(Recorded(fn.__name__, args))
+                return tasks[-1]
+
+        return Remote
+
+
+def graph(workers_parts: int, by_seed: bool):
+    config = load_config("demo-baselines", TWO_SEEDS)
+    recorder, cells = Recorder(), list(resolve_run(config).cells)
+    with tempfile.TemporaryDirectory() as empty:
+        submit_all(Submitter(recorder, config, RunStore(empty), shared_args=True, pass_parts=workers_parts,
+                             members_by_seed=by_seed), cells, cells)
+    return recorder.tasks
+
+
+def test_the_pass_is_a_lambda_task_then_batch_parts_then_members_by_seed_and_genarm_waits_for_none_of_them():
+    tasks = graph(6, by_seed=True)
+    kinds = [t.name for t in tasks]
+    assert kinds.count("args_lambdas_files") == 1 and kinds.count("args_batches_files") == 6
+    assert kinds.count("args_members_files") == 2  # one per seed
+    lambdas = next(t for t in tasks if t.name == "args_lambdas_files")
+    parts = [t for t in tasks if t.name == "args_batches_files"]
+    assert all(part.needs == [lambdas] for part in parts)
+    members = [t for t in tasks if t.name == "args_members_files"]
+    assert all(set(parts) <= set(m.needs) for m in members)
+    trained = {t for t in tasks if t.name == "train_files"}
+    # λ waits for the pass rows' RMs (Global RM, LoRE: 2 seeds each), not for GenARM's or P-DPO's fits
+    assert len(set(lambdas.needs) & trained) == 4
+    genarm_cells = [t for t in tasks if t.name == "cell_files" and set(t.needs) & trained
+                    and not set(t.needs) & set(parts)]
+    assert len(genarm_cells) >= 2  # GenARM (2 seeds), and P-DPO's soft-prompt cells, beside the pass
+    assert not any(set(t.needs) & set(parts + [lambdas]) for t in genarm_cells)
+
+
+def test_two_workers_keep_the_members_in_one_task():
+    assert [t.name for t in graph(4, by_seed=False)].count("args_members_files") == 1
+
+
+def test_three_workers_give_the_in_process_numbers_with_the_pass_in_tasks(tmp_path, cache_dir):
+    """λ task, 6 batch parts, members by seed and GenARM beside them, against the same run in one process."""
+    views = {}
+    for workers in (1, 3):
+        run(load_config("demo-baselines", TWO_SEEDS), tmp_path / f"w{workers}", log=lambda *_: None,
+            backend=PoolOptions(workers))
+        views[workers] = json.loads(json.dumps(view(tmp_path / f"w{workers}")))
+    assert_same(views[1], views[3])  # raw floats included
