@@ -54,6 +54,19 @@ def test_a_shard_cut_after_its_header_was_read_is_set_aside_and_its_features_com
     assert (shard.parent / (shard.name + ".damaged")).exists()
 
 
+def test_a_feature_read_stays_readable_when_its_shard_is_cut_afterwards(tiny_lm, tmp_path):
+    """safetensors hands out views of the file's mapping: before, a shard cut in place after a read ended the
+    process with SIGBUS at the feature's next use (this test crashed its worker)."""
+    data = toy_pairs(tiny_lm, 2, 0)
+    expected = RewardBackbone(tiny_lm, "tiny-mapped", tmp_path).states(data.prompts, data.chosen)
+    reader = RewardBackbone(tiny_lm, "tiny-mapped", tmp_path)
+    read = reader.states(data.prompts, data.chosen)
+    for shard in reader.cache_path.glob("shard-*.safetensors"):
+        shard.write_bytes(b"")
+    for a, b in zip(expected, read):
+        assert torch.equal(a, b)
+
+
 def test_states_before_reuse_the_cached_states_and_equal_a_shifted_forward(tiny_lm, tmp_path):
     """GenARM's features: [h(x_last), h(y<T)] from the shared cache, no second forward over shifted sequences."""
     data = toy_pairs(tiny_lm, 6, 0)

@@ -64,7 +64,9 @@ class FeatureShards:
         for shard, names in by_shard.items():
             try:
                 with safe_open(str(shard), framework="pt") as handle:
-                    out.update({name: handle.get_tensor(name) for name in names})
+                    # a copy: safetensors hands out views of the file's mapping, and a shard cut or rewritten in
+                    # place meanwhile (the damaged-files test does) would end the process with SIGBUS on next use
+                    out.update({name: handle.get_tensor(name).clone() for name in names})
             except (SafetensorError, OSError, ValueError, RuntimeError) as error:
                 if shard.exists():
                     set_aside(shard, short(error), "its features are computed again")
