@@ -68,10 +68,10 @@ def task_name(kind: str, planned) -> str:
         members, part, parts = planned
         return f"args_batches {members[0].cell.policy} part {part + 1} of {parts}"
     if kind == "args_members_files":
-        from persalign.runner.tasks import _seeds
+        from persalign.runner.tasks import seeds_label
 
         members, group = planned
-        return f"args_members {members[0].cell.policy} ({len(group)} cells{_seeds(group)})"
+        return f"args_members {members[0].cell.policy} ({len(group)} cells{seeds_label(group)})"
     if kind == "train_files":
         return f"train {planned.method_label} seed {planned.cell.seed}"
     return f"cell {planned.cell.decoder} seed {planned.cell.seed}"

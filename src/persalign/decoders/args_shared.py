@@ -52,11 +52,15 @@ class SharedDecode:
     near_ties: list[int] = field(default_factory=list)
 
 
+def reads_the_states(method) -> bool:
+    """Whether an RM (method class or instance) reads the backbone's states as a sequence-level head, the one
+    kind the pass takes as a row (a token-level or text-level RM decodes alone)."""
+    return not getattr(method, "token_level", False) and not getattr(method, "text_level", False)
+
+
 def shares_the_policy(policy, trained) -> bool:
     """Can this trained RM be a row of the shared pass: a sequence-level head over the policy's own model."""
-    method = trained.method
-    return (trained.backbone.lm.model is policy.model and not method.token_level
-            and not getattr(method, "text_level", False))
+    return trained.backbone.lm.model is policy.model and reads_the_states(trained.method)
 
 
 def branch_cache(cache, past: int, parents: torch.Tensor, choices: torch.Tensor) -> None:

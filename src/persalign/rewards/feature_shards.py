@@ -65,7 +65,7 @@ class FeatureShards:
             try:
                 with safe_open(str(shard), framework="pt") as handle:
                     # a copy: safetensors hands out views of the file's mapping, and a shard cut or rewritten in
-                    # place meanwhile (the damaged-files test does) would end the process with SIGBUS on next use
+                    # place after this read would end the process with SIGBUS at the feature's next use
                     out.update({name: handle.get_tensor(name).clone() for name in names})
             except (SafetensorError, OSError, ValueError, RuntimeError) as error:
                 if shard.exists():

@@ -133,7 +133,7 @@ def pass_parts(workers: int) -> int:
     """Tasks a shared ARGS pass's query batches are split over: two per worker, so that parts of uneven length
     still keep every worker busy (the parts change no number: each batch is decoded as in-process). Past 2
     workers the members' evaluation is split by seed too (`Submitter.members_by_seed`): each seed's task then
-    computes the scoring the members share once more (full news study: ~3.5 min a seed), which 2 workers
+    computes the scoring the members share once more (full news study: ~4 min a seed), which 2 workers
     would pay for without a core to run it beside."""
     return 2 * workers
 

@@ -105,7 +105,8 @@ class Submitter:
             parts = [batches.remote(self.config, (members, part, self.pass_parts), str(self.store.root), chosen)
                      for part in range(self.pass_parts)]
             self.pending.update({part: ("pass", members) for part in parts})
-            baseline = [self.baselines[policy]] if policy in self.baselines else []
+            baseline = [self.baselines[policy]] if policy in self.baselines and any(
+                p.properties.compares_with_reference for p in members) else []
             for group in member_groups(members, self.members_by_seed):
                 ref = evaluate.remote(self.config, (members, group), str(self.store.root), *parts, *baseline)
                 self.pending[ref] = ("cell", group)
@@ -117,10 +118,11 @@ class Submitter:
 
 
 def never_a_pass_row(planned) -> bool:
-    """An ARGS cell whose RM the shared pass never takes as a row (decoders/args_shared.shares_the_policy: a
-    token-level or text-level RM decodes alone, GenARM): a cell task of its own, not waiting for the pass."""
-    method = METHODS.get(planned.method.name)
-    return bool(getattr(method, "token_level", False) or getattr(method, "text_level", False))
+    """An ARGS cell whose RM the shared pass never takes as a row (the method's kind: decoders/args_shared.
+    reads_the_states; GenARM's token-level RM): a cell task of its own, not waiting for the pass."""
+    from persalign.decoders.args_shared import reads_the_states
+
+    return not reads_the_states(METHODS.get(planned.method.name))
 
 
 def member_groups(members: list, by_seed: bool) -> list[list]:

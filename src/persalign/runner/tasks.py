@@ -157,13 +157,13 @@ def args_members_files(config, work: tuple, run_dir: str, *inputs) -> dict[str, 
     from persalign.runner.cells import run_planned
 
     members, group = work
-    what = f"args_members {members[0].cell.policy} ({len(group)} cells{_seeds(group)})"
+    what = f"args_members {members[0].cell.policy} ({len(group)} cells{seeds_label(group)})"
     with _pass(config, members, run_dir, inputs, what) as (policy_ctx, providers, store):
         for planned in group:
             run_planned(planned, policy_ctx, providers)
         return _made(store, *[p.cell.relpath() for p in group])
 
 
-def _seeds(group: list) -> str:
+def seeds_label(group: list) -> str:
     seeds = sorted({p.cell.seed for p in group})
     return f", seed {seeds[0]}" if len(seeds) == 1 else ""
