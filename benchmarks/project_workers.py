@@ -62,6 +62,9 @@ def task_name(kind: str, planned) -> str:
     """The name runner/tasks.py writes to the task log for this task."""
     if kind == "args_pass_files":  # before 2026-11-29: a policy's whole shared ARGS pass in one task
         return f"args_pass {planned[0].cell.policy} ({len(planned)} cells)"
+    if kind == "args_validation_files":
+        members, part, parts = planned
+        return f"args_validation {members[0].cell.policy} part {part + 1} of {parts}"
     if kind == "args_lambdas_files":
         return f"args_lambdas {planned[0].cell.policy} ({len(planned)} cells)"
     if kind == "args_batches_files":
@@ -98,10 +101,11 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def pass_task_seconds(run_dir: Path, tasks: list[Task]) -> dict[str, float]:
-    """The shared ARGS pass's tasks (λ choice, query-batch parts, members, a GenARM cell) from a run that ran
-    the pass as ONE task, out of its cells' own records. The λ choice is the rows' λ seconds (lambda.json: the
-    pass's seconds charged by share). A part is the rows' charged generation seconds of its batches (their sum
-    is the pass's time on that batch). A members task is its cells' scoring, metrics and prompts; in each seed
+    """The shared ARGS pass's tasks (validation parts, λ choice, query-batch parts, members, a GenARM cell) from
+    a run that ran the pass, or its λ choice, as ONE task, out of its cells' own records. The λ choice is the
+    rows' λ seconds (lambda.json: the pass's seconds charged by share), split by `lambda_split`. A batch part
+    is the rows' charged generation seconds of its batches (their sum is the pass's time on that batch). A
+    members task is its cells' scoring, metrics and prompts; in each seed
     task but the first, plus the scoring the first cell paid for every member (the policy's log-probs, memoised
     in-process) once more. A cell the pass never takes (GenARM) is its own task: all of its seconds."""
     cells = {}
@@ -119,9 +123,14 @@ def pass_task_seconds(run_dir: Path, tasks: list[Task]) -> dict[str, float]:
     first = min(cells)  # the cell the in-process run scored first: it filled the shared memo
     shared = own[first] - min(own[k] for k in cells if k[0] == first[0])
     out: dict[str, float] = {}
+    decodes, choosing = lambda_split([cells[k][0] for k in taken])
+    groups = validation_groups(run_dir, len(taken))
     for task in tasks:
-        if task.name.startswith("args_lambdas"):
-            out[task.name] = sum(cells[k][0]["seconds"] for k in taken)
+        if task.name.startswith("args_validation"):  # its share of the groups, each taking an even share
+            number, parts = map(int, task.name.rsplit("part ", 1)[1].split(" of "))
+            out[task.name] = decodes * len(range(number - 1, groups, parts)) / groups
+        elif task.name.startswith("args_lambdas"):
+            out[task.name] = choosing
         elif task.name.startswith("args_batches"):
             number, parts = map(int, task.name.rsplit("part ", 1)[1].split(" of "))
             out[task.name] = sum(r["generation_s"] for r in batches if r["batch"] % parts == number - 1)
@@ -134,6 +143,35 @@ def pass_task_seconds(run_dir: Path, tasks: list[Task]) -> dict[str, float]:
             if (folder_name(decoder), int(seed)) in own:
                 out[task.name] = own[(folder_name(decoder), int(seed))]
     return out
+
+
+def validation_groups(run_dir: Path, members: int) -> int:
+    """The λ choice's passes (runner/args_pass._groups): validation prompts in groups of rows_per_pass // heads
+    (token budgets aside, which split no group of the news study)."""
+    import math
+
+    from persalign.core.config import load_config
+
+    config = load_config(str(run_dir / "config.yaml"))
+    weights = len([lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0])
+    per_pass = max(1, config.generation.batch_size * max(1, weights) // max(1, members * weights))
+    return math.ceil(config.args.validation_size / per_pass)
+
+
+def lambda_split(choices: list[dict]) -> tuple[float, float]:
+    """The λ choice's seconds (its members' lambda.json, where each holds its own choosing plus its share of the
+    validation passes by candidate forwards done) split into the passes' and the choosing's: the least-squares
+    line of seconds against share (intercept: one member's own choosing; slope: the passes). The validation
+    parts then take the passes' seconds evenly (their prompt groups are interleaved), the choice task the rest."""
+    import numpy as np
+
+    done = np.array([c.get("candidate_forwards_done", 0.0) for c in choices], dtype=float)
+    seconds = np.array([c["seconds"] for c in choices], dtype=float)
+    if len(choices) < 3 or not done.sum() or np.ptp(done) == 0:  # no line to fit: all of it to the passes
+        return float(seconds.sum()), 0.0
+    (_, passes), *_ = np.linalg.lstsq(np.vstack([np.ones_like(done), done / done.sum()]).T, seconds, rcond=None)
+    passes = float(min(max(passes, 0.0), seconds.sum()))
+    return passes, float(seconds.sum()) - passes
 
 
 def measured_seconds(tsv: Path) -> tuple[dict[str, deque], float]:
@@ -177,10 +215,22 @@ def schedule(tasks: list[Task], workers: int, heavy_at_once: int = 1) -> float:
 
 
 def critical_path(tasks: list[Task]) -> float:
+    return sum(task.seconds for task in critical_chain(tasks))
+
+
+def critical_chain(tasks: list[Task]) -> list[Task]:
+    """The longest chain of tasks each waiting for the one before, first to last."""
     finish: dict[int, float] = {}
+    before: dict[int, Task | None] = {}
     for task in tasks:  # submission order is a topological order: a task's needs were submitted first
-        finish[id(task)] = task.seconds + max((finish[id(n)] for n in task.needs), default=0.0)
-    return max(finish.values())
+        last = max(task.needs, key=lambda n: finish[id(n)], default=None)
+        finish[id(task)] = task.seconds + (finish[id(last)] if last is not None else 0.0)
+        before[id(task)] = last
+    chain, task = [], max(tasks, key=lambda t: finish[id(t)])
+    while task is not None:
+        chain.append(task)
+        task = before[id(task)]
+    return chain[::-1]
 
 
 def main() -> None:
@@ -207,6 +257,9 @@ def main() -> None:
         span_n = schedule(graphs[workers], workers, rule)
         print(f"| {workers} | {(span_n + driver) / 60:.1f} | {span_n / 60:.1f} | "
               f"{critical_path(graphs[workers]) / 60:.1f} | {one / (span_n + driver):.2f}× |")
+    most = max(args.workers)
+    print(f"critical path at {most} workers: " + " → ".join(
+        f"{t.name} ({t.seconds / 60:.1f} min)" for t in critical_chain(graphs[most])))
 
 
 def timed_tasks(run_dir: Path, durations: dict, workers: int) -> list[Task]:
@@ -214,6 +267,8 @@ def timed_tasks(run_dir: Path, durations: dict, workers: int) -> list[Task]:
     run (its log), or, for the shared pass's tasks of a run that ran the pass whole, `pass_task_seconds`."""
     tasks = task_graph(run_dir, workers)
     measured = {name: deque(seconds) for name, seconds in durations.items()}
+    if not any(name.startswith("args_validation") for name in measured):  # the λ choice ran as one task
+        measured = {name: seconds for name, seconds in measured.items() if not name.startswith("args_lambdas")}
     missing = [t for t in tasks if not measured.get(t.name)]
     derived = pass_task_seconds(run_dir, missing) if missing else {}
     unknown = [t.name for t in missing if t.name not in derived]

@@ -46,6 +46,7 @@ def test_the_tiny_study_at_one_and_two_workers_gives_every_number_and_generation
     assert starts == Counter({"train Global RM seed 0": 1, "train LoRE seed 0": 1, "train MPU seed 0": 1,
                               "cell Zero-Shot seed 0": 1, "cell ICL (1-shot) seed 0": 1, "cell ICL (2-shot) seed 0": 1,
                               "cell ICL-RAG (2-shot) seed 0": 1,  # ARGS: one shared pass, in tasks
+                              **{f"args_validation tiny-llama part {n} of 4": 1 for n in range(1, 5)},
                               "args_lambdas tiny-llama (3 cells)": 1, "args_batches tiny-llama part 1 of 4": 1,
                               "args_batches tiny-llama part 2 of 4": 1, "args_batches tiny-llama part 3 of 4": 1,
                               "args_batches tiny-llama part 4 of 4": 1, "args_members tiny-llama (3 cells, seed 0)": 1})

@@ -4,7 +4,9 @@ The ARGS cells of a policy whose reward model is a sequence-level head over the 
 model (decoders/args_shared.shares_the_policy) are its MEMBERS. When the first member needs its λ,
 every member's λ-choice validation decodes (each nonzero λ of the grid, every method and seed) run
 as rows of shared passes, and each member's λ is chosen from its own rows and written to its cell
-folder (lambda.json) at once. When the first member generates a batch of query prompts, every member
+folder (lambda.json) at once; each group of validation prompts is stored (RUN_DIR/args_pass/POLICY/
+validation-HASH.json) as it is decoded, so tasks can decode the groups side by side (runner/tasks.py) and an
+interrupted choice keeps them. When the first member generates a batch of query prompts, every member
 with λ ≠ 0 decodes that batch in the same passes; the outputs of all members are written to
 RUN_DIR/args_pass/POLICY/generation-HASH.json before any is used, so a resumed run reads exactly what
 the interrupted one computed. Near-ties (decoders/args_shared.py) are counted per row.
@@ -33,6 +35,7 @@ from persalign.runner.context import CellContext
 from persalign.runner.store import folder_name
 
 PASS_COLUMNS = ("ids", "needed", "done", "near_ties", "seconds")  # per head, per prompt
+FORWARD_COLUMNS = (("candidate_forwards", "needed"), ("candidate_forwards_done", "done"), ("near_ties", "near_ties"))
 
 
 def pass_problem(outputs: dict, rows: int) -> str | None:
@@ -51,6 +54,28 @@ def pass_problem(outputs: dict, rows: int) -> str | None:
 
 def member_key(cell) -> str:
     return f"{cell.decoder}/seed-{cell.seed}"
+
+
+def head_name(key: str, lam: float) -> str:
+    """A validation head's name in a stored group: the member and its λ."""
+    return f"{key}@{lam!r}"
+
+
+def validation_problem(stored: dict, rows: int) -> str | None:
+    """Why a stored group of the λ choice's validation decodes cannot be used (None: it can)."""
+    flops = stored.get("flops")
+    if isinstance(flops, bool) or not isinstance(flops, (int, float)):
+        return "'flops' is not a number"
+    if not isinstance(stored.get("heads"), dict):
+        return "'heads' is not an object"
+    return pass_problem(stored["heads"], rows)
+
+
+def _fill(slot: dict, group: list[int], columns: dict) -> None:
+    """A head's columns over all prompts, filled at `group` from one pass's columns (one entry per prompt)."""
+    for column, values in columns.items():
+        for i, value in zip(group, values):
+            slot[column][i] = value
 
 
 def seconds_by_share(seconds: float, shares: list[float]) -> list[float]:
@@ -87,17 +112,19 @@ class ArgsPass:
     def context(self, cell) -> CellContext:
         return CellContext(self.policy, self.planned[cell], self.members()[cell])
 
+    def unchosen(self) -> list:
+        """The members without a stored λ choice."""
+        return [cell for cell in self.members() if read_choice(lambda_path(self.context(cell))) is None]
+
     def choose_lambdas(self) -> None:
-        """λ of every member without a stored choice; the validation decodes shared where the rule decodes."""
-        todo = [cell for cell in self.members() if read_choice(lambda_path(self.context(cell))) is None]
+        """λ of every member without a stored choice; the validation decodes shared where the rule decodes, each
+        group of prompts read from the pass's folder where a task decoded it already (`decode_validation`)."""
+        todo = self.unchosen()
         if not todo:
             return
-        started, work = time.perf_counter(), {}
-        decoded, forwards = {}, {}
+        decoded, forwards, shared_s, shared_flops = {}, {}, 0.0, 0.0
         if rule_of(self.policy.run) == "harmonic":
-            with self.policy.meter.measure(work, "flops"):
-                decoded, forwards = self._decode_grids(todo)
-        shared_s, shared_flops = time.perf_counter() - started, work.get("flops", 0.0) + work.get("flops_shared", 0.0)
+            decoded, forwards, shared_s, shared_flops = self._decode_grids(todo)
         shares = seconds_by_share(1.0, [forwards.get(cell, {}).get("candidate_forwards_done", 0.0) for cell in todo])
         for cell, share in zip(todo, shares):
             ctx = self.context(cell)
@@ -108,42 +135,91 @@ class ArgsPass:
             choice.update(forwards.get(cell, {}), shared_pass_members=len(todo))
             write_atomic(lambda_path(ctx), json.dumps(choice, indent=2))
 
-    def _decode_grids(self, todo: list) -> tuple[dict, dict]:
-        """Each member's validation outputs at each nonzero λ, and its candidate forwards needed / done."""
+    def decode_validation(self, part: int = 0, parts: int = 1) -> None:
+        """The λ choice's validation decodes of prompt groups `part`, `part + parts`, ..., each stored in the
+        pass's folder (runner/tasks.args_validation_files): the rows and passes `choose_lambdas` decodes."""
+        todo = self.unchosen()
+        if todo and rule_of(self.policy.run) == "harmonic":
+            val, heads = self._validation(todo)
+            for group in self._groups(heads, val.prompts)[part::parts]:
+                self._stored_validation(heads, val, group)
+
+    def _validation(self, todo: list) -> tuple:
         run, config = self.policy.run, self.policy.run.config
         val, _ = validation_pairs(run.dataset, run.split, self.policy.formatter, config.args.validation_size)
         weights = [lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0]
-        heads = [(cell, self.members()[cell].method, lam) for cell in todo for lam in weights]
-        outputs = self._decode(heads, val.prompts, val.users)
-        decoded = {cell: {lam: outputs[(cell, lam)]["ids"] for lam in weights} for cell in todo}
-        forwards = {cell: {"candidate_forwards": sum(sum(outputs[(cell, lam)]["needed"]) for lam in weights),
-                           "candidate_forwards_done": sum(sum(outputs[(cell, lam)]["done"]) for lam in weights),
-                           "near_ties": sum(sum(outputs[(cell, lam)]["near_ties"]) for lam in weights)}
-                    for cell in todo}
-        return decoded, forwards
+        return val, [(member_key(cell), self.members()[cell].method, lam) for cell in todo for lam in weights]
+
+    def _decode_grids(self, todo: list) -> tuple[dict, dict, float, float]:
+        """Each member's validation outputs at each nonzero λ, its candidate forwards needed / done, and the
+        seconds and the metered FLOPs (shared work) of the passes."""
+        val, heads = self._validation(todo)
+        out, flops = self._empty(heads, len(val.prompts)), 0.0
+        for group in self._groups(heads, val.prompts):
+            stored = self._stored_validation(heads, val, group)
+            flops += stored["flops"]
+            for key, _, lam in heads:
+                _fill(out[(key, lam)], group, stored["heads"][head_name(key, lam)])
+        weights = list(dict.fromkeys(lam for _, _, lam in heads))
+        decoded = {cell: {lam: out[(member_key(cell), lam)]["ids"] for lam in weights} for cell in todo}
+        forwards = {cell: {name: sum(sum(out[(member_key(cell), lam)][column]) for lam in weights)
+                           for name, column in FORWARD_COLUMNS} for cell in todo}
+        return decoded, forwards, sum(sum(slot["seconds"]) for slot in out.values()), flops
+
+    def _stored_validation(self, heads: list[tuple], val, group: list[int]) -> dict:
+        """One group of validation prompts decoded for every head in one pass, stored before use with the FLOPs
+        it took ({"flops": ..., "heads": {KEY@λ: columns}}), or read where a task stored it."""
+        prompts, users = [val.prompts[i] for i in group], [val.users[i] for i in group]
+        digest = hashlib.sha256(json.dumps([prompts, users, [[key, lam] for key, _, lam in heads]]).encode())
+        path = self.folder / f"validation-{digest.hexdigest()[:20]}.json"
+        stored = self._read(path, len(group), validation_problem)
+        if not stored:
+            work: dict = {}
+            with self.policy.meter.measure(work, "flops"):
+                rows = self._decode_group(heads, prompts, users, list(range(len(group))))
+            stored = {"flops": work.get("flops", 0.0) + work.get("flops_shared", 0.0),
+                      "heads": {head_name(key, lam): columns for (key, lam), columns in rows.items()}}
+            write_atomic(path, json.dumps(stored))
+        return stored
+
+    def _empty(self, heads: list[tuple], rows: int) -> dict:
+        return {(key, lam): {column: [None if column == "ids" else 0] * rows for column in PASS_COLUMNS}
+                for key, _, lam in heads}
+
+    def _groups(self, heads: list[tuple], prompts: list[list[int]]) -> list[list[int]]:
+        """The prompts' groups, each decoded for every head in one pass of at most `rows_per_pass` rows (none
+        without a head: a grid of λ = 0 only guides nothing)."""
+        if not heads:
+            return []
+        per_pass = max(1, self.rows_per_pass // max(1, len(heads)))
+        generation = self.policy.run.config.generation
+        return [list(group) for group in plan_generation(prompts, generation, self.policy.lm.device,
+                                                         max_items=per_pass)]
 
     def _decode(self, heads: list[tuple], prompts: list[list[int]], users: list[str]) -> dict:
-        """Every (key, method, λ) head on every prompt, prompts grouped so that a pass holds at most
-        `rows_per_pass` rows; per head: ids, needed, done, near_ties in the prompts' order."""
+        """Every (key, method, λ) head on every prompt in the passes of `_groups`; per head: ids, needed, done,
+        near_ties, seconds in the prompts' order."""
+        out = self._empty(heads, len(prompts))
+        for group in self._groups(heads, prompts):
+            for head, columns in self._decode_group(heads, prompts, users, group).items():
+                _fill(out[head], group, columns)
+        return out
+
+    def _decode_group(self, heads: list[tuple], prompts: list[list[int]], users: list[str], group: list[int]) -> dict:
+        """One pass: every head on the prompts of `group`; (key, λ) -> its columns, one entry per prompt of
+        `group`, each row charged its share of the pass's seconds."""
         config = self.policy.run.config
-        if not heads:  # a grid of λ = 0 only: nothing to guide
-            return {}
-        per_pass = max(1, self.rows_per_pass // len(heads))
-        out = {(key, lam): {column: [None if column == "ids" else 0] * len(prompts) for column in PASS_COLUMNS}
-               for key, _, lam in heads}
-        for group in plan_generation(prompts, config.generation, self.policy.lm.device, max_items=per_pass):
-            rows = [(i, key, HeadRow(tuple(prompts[i]), method, users[i], lam))
-                    for i in group for key, method, lam in heads]
-            started = time.perf_counter()
-            with self.policy.meter.shared():
-                result = shared_args_decode(self.policy.lm, [r for _, _, r in rows], config.generation.max_new_tokens,
-                                            config.args.top_k)
-            seconds = seconds_by_share(time.perf_counter() - started, result.done)
-            for n, (i, key, row) in enumerate(rows):
-                slot = out[(key, row.lam)]
-                slot["ids"][i], slot["needed"][i] = result.ids[n], result.needed[n]
-                slot["done"][i], slot["near_ties"][i] = result.done[n], result.near_ties[n]
-                slot["seconds"][i] = seconds[n]
+        rows = [(key, HeadRow(tuple(prompts[i]), method, users[i], lam)) for i in group for key, method, lam in heads]
+        started = time.perf_counter()
+        with self.policy.meter.shared():
+            result = shared_args_decode(self.policy.lm, [r for _, r in rows], config.generation.max_new_tokens,
+                                        config.args.top_k)
+        seconds = seconds_by_share(time.perf_counter() - started, result.done)
+        out = {(key, lam): {column: [] for column in PASS_COLUMNS} for key, _, lam in heads}
+        for n, (key, row) in enumerate(rows):
+            values = (result.ids[n], result.needed[n], result.done[n], result.near_ties[n], seconds[n])
+            for column, value in zip(PASS_COLUMNS, values):
+                out[(key, row.lam)][column].append(value)
         return out
 
     def generation(self, cell, batch) -> tuple[list[list[int]], list[dict], dict]:
@@ -173,19 +249,20 @@ class ArgsPass:
         self._outputs[digest] = outputs
         return outputs, spent
 
-    def _read(self, path, rows: int) -> dict:
-        """A stored batch of the pass, or {} (decoded again) where it is absent or damaged: unreadable, a member
-        without its columns, or columns not one entry per prompt (a KeyError / IndexError before)."""
+    def _read(self, path, rows: int, problem_of=pass_problem) -> dict:
+        """A stored batch (or validation group) of the pass, or {} (decoded again) where it is absent or damaged:
+        unreadable, a member without its columns, or columns not one entry per prompt (a KeyError / IndexError
+        before)."""
         if not path.exists():
             return {}
         try:
             outputs = read_json(path, fields({}))
-            problem = pass_problem(outputs, rows)
+            problem = problem_of(outputs, rows)
         except DamagedFileError as error:
             problem = error.problem
         if problem is None:
             return outputs
-        set_aside(path, problem, "the batch is decoded again")
+        set_aside(path, problem, "its rows are decoded again")
         return {}
 
     def lambdas(self) -> dict:

@@ -7,8 +7,9 @@ raises one of `errors`). Dependencies are task refs passed as arguments: a deplo
 it uses (trained once, whatever the number of policies and deployments using it), ARGS for the reference baseline's
 outputs (its win rate), a Best-of-N cell for the samples the previous one of its policy × seed drew. With
 `shared_args` (the local pool) a policy's ARGS cells are rows of one shared pass as in-process, in tasks: the λ
-choice, the query batches in `pass_parts` parts side by side, then each member (`submit_passes`); and every
-reward head after the first waits for the first, so the frozen backbone's features are computed once.
+choice's validation decodes in `pass_parts` parts side by side, the choice, the query batches in `pass_parts`
+parts, then each member (`submit_passes`); and every reward head after the first waits for the first, so the
+frozen backbone's features are computed once.
 On Ray the driver writes what each task returns, atomically, completion markers last (`RunStore.write_files`),
 as results arrive; the local pool's workers (`backend.in_place`) write the run dir themselves, as in-process.
 Either way an interrupted run loses no finished cell, and a re-run runs only what is missing.
@@ -21,7 +22,8 @@ from __future__ import annotations
 from persalign.core.registry import METHODS
 from persalign.runner.cells import is_pass_member, need_key
 from persalign.runner.store import folder_name
-from persalign.runner.tasks import args_batches_files, args_lambdas_files, args_members_files, cell_files, train_files
+from persalign.runner.tasks import (args_batches_files, args_lambdas_files, args_members_files, args_validation_files,
+                                   cell_files, train_files)
 from persalign.runner.trained import trained_dir
 
 
@@ -89,28 +91,35 @@ class Submitter:
 
     def submit_passes(self) -> None:
         """A policy's ARGS cells collected by `submit` (after every baseline is submitted), as its shared pass:
-        one task choosing every member's λ, `pass_parts` tasks decoding the query batches for every member at
+        `pass_parts` tasks decoding the λ choice's validation prompts for every member and λ at once, one task
+        choosing every member's λ from them, `pass_parts` tasks decoding the query batches for every member at
         once, then the members through the evaluator on the stored rows (runner/tasks.py), one task per seed
         where `members_by_seed`, else one. Rows and passes are the in-process run's. A members task computes
         the scoring the members share (the policy's log-probs of the held-out responses) once for its members."""
-        lambdas, batches = self.backend.remote(args_lambdas_files, priority=1), self.backend.remote(
-            args_batches_files, priority=1)
-        evaluate = self.backend.remote(args_members_files, priority=1)
+        validation, lambdas, batches, evaluate = (self.backend.remote(fn, priority=1) for fn in (
+            args_validation_files, args_lambdas_files, args_batches_files, args_members_files))
+        root = str(self.store.root)
         for policy, members in self.members.items():
             inputs = [self.files(p.cell.relpath()) for p in members]
             inputs += [self.model(p) for p in members]
             inputs.append(self.files(f"args_pass/{folder_name(policy)}"))
-            chosen = lambdas.remote(self.config, members, str(self.store.root), *inputs)
+            decoded = self._parts(validation, members, inputs)
+            chosen = lambdas.remote(self.config, members, root, *inputs, *decoded)
             self.pending[chosen] = ("pass", members)
-            parts = [batches.remote(self.config, (members, part, self.pass_parts), str(self.store.root), chosen)
-                     for part in range(self.pass_parts)]
-            self.pending.update({part: ("pass", members) for part in parts})
+            parts = self._parts(batches, members, [chosen])
             baseline = [self.baselines[policy]] if policy in self.baselines and any(
                 p.properties.compares_with_reference for p in members) else []
             for group in member_groups(members, self.members_by_seed):
-                ref = evaluate.remote(self.config, (members, group), str(self.store.root), *parts, *baseline)
+                ref = evaluate.remote(self.config, (members, group), root, *parts, *baseline)
                 self.pending[ref] = ("cell", group)
         self.members = {}
+
+    def _parts(self, task, members: list, inputs: list) -> list:
+        """`pass_parts` tasks of a policy's pass, each waiting for `inputs`."""
+        parts = [task.remote(self.config, (members, part, self.pass_parts), str(self.store.root), *inputs)
+                 for part in range(self.pass_parts)]
+        self.pending.update({part: ("pass", members) for part in parts})
+        return parts
 
     def baseline_from_store(self, planned) -> None:
         if planned.properties.reference_baseline:

@@ -3,7 +3,8 @@ scratch run directory on its worker, seeded with the files it depends on, and re
 
 `train_files` fits and adapts one method for one seed; `cell_files` runs one planned cell through the one
 evaluator. A policy's ARGS cells share one pass (runner/args_pass.py), split in tasks that run side by side:
-`args_lambdas_files` chooses every member's λ, `args_batches_files` decodes a share of the query batches for
+`args_validation_files` decodes a share of the λ choice's validation prompts for every member and λ at once,
+`args_lambdas_files` chooses every member's λ from them, `args_batches_files` decodes a share of the query batches for
 every member at once, and `args_members_files` runs members through the evaluator on the stored batches. The
 pass stays shared work done once, its rows the in-process run's. A worker keeps the run's data and each
 policy it loaded between tasks (one config per worker process).
@@ -120,9 +121,22 @@ def _pass(config, members: list, run_dir: str, inputs: tuple, what: str):
         yield policy_ctx, providers, store
 
 
+def args_validation_files(config, work: tuple, run_dir: str, *inputs) -> dict[str, bytes]:
+    """Task: groups `part`, `part + parts`, ... of the λ choice's validation prompts, decoded for every member
+    and nonzero λ as rows of shared passes and stored (RUN_DIR/args_pass/POLICY), as `args_lambdas_files`
+    decodes them in-process: the same rows in the same passes, so the same tokens."""
+    members, part, parts = work
+    what = f"args_validation {members[0].cell.policy} part {part + 1} of {parts}"
+    with _pass(config, members, run_dir, inputs, what) as (policy_ctx, _, store):
+        shared = policy_ctx.args_pass
+        if shared is not None:
+            shared.decode_validation(part, parts)
+        return _made(store, *([] if shared is None else [shared.folder.relative_to(store.root)]))
+
+
 def args_lambdas_files(config, members: list, run_dir: str, *inputs) -> dict[str, bytes]:
-    """Task: the λ of every member of a policy's shared pass, their validation decodes as rows of shared passes;
-    each member's lambda.json."""
+    """Task: the λ of every member of a policy's shared pass, from their validation decodes (stored by
+    `args_validation_files`; any missing group decoded here); each member's lambda.json."""
     what = f"args_lambdas {members[0].cell.policy} ({len(members)} cells)"
     with _pass(config, members, run_dir, inputs, what) as (policy_ctx, _, store):
         if policy_ctx.args_pass is not None:
