@@ -146,16 +146,16 @@ def pass_task_seconds(run_dir: Path, tasks: list[Task]) -> dict[str, float]:
 
 
 def validation_groups(run_dir: Path, members: int) -> int:
-    """The λ choice's passes (runner/args_pass._groups): validation prompts in groups of rows_per_pass // heads
+    """The λ choice's passes (runner/args_pass._groups): validation prompts in groups of `prompts_per_pass`
     (token budgets aside, which split no group of the news study)."""
     import math
 
     from persalign.core.config import load_config
+    from persalign.runner.args_pass import guided_lambdas, prompts_per_pass
 
     config = load_config(str(run_dir / "config.yaml"))
-    weights = len([lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0])
-    per_pass = max(1, config.generation.batch_size * max(1, weights) // max(1, members * weights))
-    return math.ceil(config.args.validation_size / per_pass)
+    heads = max(1, members * len(guided_lambdas(config)))
+    return math.ceil(config.args.validation_size / prompts_per_pass(config, heads))
 
 
 def lambda_split(choices: list[dict]) -> tuple[float, float]:

@@ -15,7 +15,7 @@ Costs stay honest: each row records the candidate forwards it needs deployed alo
 those the pass did; the counted FLOPs of a cell (cost.py) are its work alone. The pass's metered work
 is shared work (work_meter.py). A pass's wall seconds, and the λ choice's shared FLOPs, are charged to the
 members by the candidate forwards their rows took, so each deployment's measured seconds stay comparable.
-A pass holds at most `rows_per_pass` rows (batch_size × the number of nonzero λ), as the λ grid did.
+A pass holds at most batch_size × the number of nonzero λ rows (`prompts_per_pass`), as the λ grid did.
 
     persalign run demo          # args.shared_pass: true (default); false decodes each cell alone
 """
@@ -56,6 +56,17 @@ def member_key(cell) -> str:
     return f"{cell.decoder}/seed-{cell.seed}"
 
 
+def guided_lambdas(config) -> list[float]:
+    """The λ grid's nonzero values, each a row of the pass per member (λ = 0 is greedy: not a row)."""
+    return [lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0]
+
+
+def prompts_per_pass(config, heads: int) -> int:
+    """Prompts in one pass of `heads` heads: a pass holds at most batch_size × the nonzero λ count rows, and
+    at least one prompt."""
+    return max(1, config.generation.batch_size * max(1, len(guided_lambdas(config))) // heads)
+
+
 def head_name(key: str, lam: float) -> str:
     """A validation head's name in a stored group: the member and its λ."""
     return f"{key}@{lam!r}"
@@ -94,9 +105,6 @@ class ArgsPass:
         self._members: dict | None = None  # cell -> trained, once known
         self._outputs: dict[str, dict] = {}  # batch hash -> member key -> decoded rows
         self._lambdas: dict | None = None  # cell -> chosen λ, once every member has one
-        config = policy_ctx.run.config
-        weights = [lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0]
-        self.rows_per_pass = config.generation.batch_size * max(1, len(weights))
         self.folder = policy_ctx.run.store.root / "args_pass" / folder_name(policy_ctx.lm.name)
 
     def takes(self, cell, trained) -> bool:
@@ -147,8 +155,8 @@ class ArgsPass:
     def _validation(self, todo: list) -> tuple:
         run, config = self.policy.run, self.policy.run.config
         val, _ = validation_pairs(run.dataset, run.split, self.policy.formatter, config.args.validation_size)
-        weights = [lam for lam in dict.fromkeys(config.args.lambdas) if lam != 0]
-        return val, [(member_key(cell), self.members()[cell].method, lam) for cell in todo for lam in weights]
+        return val, [(member_key(cell), self.members()[cell].method, lam) for cell in todo
+                     for lam in guided_lambdas(config)]
 
     def _decode_grids(self, todo: list) -> tuple[dict, dict, float, float]:
         """Each member's validation outputs at each nonzero λ, its candidate forwards needed / done, and the
@@ -187,14 +195,13 @@ class ArgsPass:
                 for key, _, lam in heads}
 
     def _groups(self, heads: list[tuple], prompts: list[list[int]]) -> list[list[int]]:
-        """The prompts' groups, each decoded for every head in one pass of at most `rows_per_pass` rows (none
-        without a head: a grid of λ = 0 only guides nothing)."""
+        """The prompts' groups, each decoded for every head in one pass (`prompts_per_pass`; none without a
+        head: a grid of λ = 0 only guides nothing)."""
         if not heads:
             return []
-        per_pass = max(1, self.rows_per_pass // max(1, len(heads)))
-        generation = self.policy.run.config.generation
-        return [list(group) for group in plan_generation(prompts, generation, self.policy.lm.device,
-                                                         max_items=per_pass)]
+        config = self.policy.run.config
+        return [list(group) for group in plan_generation(prompts, config.generation, self.policy.lm.device,
+                                                         max_items=prompts_per_pass(config, len(heads)))]
 
     def _decode(self, heads: list[tuple], prompts: list[list[int]], users: list[str]) -> dict:
         """Every (key, method, λ) head on every prompt in the passes of `_groups`; per head: ids, needed, done,
