@@ -92,3 +92,28 @@ def test_chunked_token_rewards_equal_the_full_log_softmax_in_value_and_gradient(
         assert torch.allclose(p.grad, g, atol=1e-4)
     with torch.no_grad():
         assert torch.allclose(method.token_rewards(padded, users), reference, atol=1e-5)
+
+
+def test_scoring_blocks_are_sized_to_the_vocabulary_and_give_the_same_floats():
+    """Without a gradient a block holds at most `scoring_logits` logits (at SmolLM2's 49,152-token vocabulary 341
+    tokens, not 1,024: ~400 MB of a GenARM cell's peak); each row is computed as in one large block, so every
+    score is the same float. Training keeps its 1,024-token blocks (its gradients are summed block by block)."""
+    from torch import nn
+
+    method = genarm(64)
+    generator = torch.Generator().manual_seed(5)
+    head = nn.Linear(64, 49_152, bias=False)
+    with torch.no_grad():
+        head.weight.copy_(torch.randn(head.weight.shape, generator=generator) / 8)
+        method.head.up.normal_(generator=generator)
+    method.head.bound = (head,)
+    hidden = torch.randn(2, 500, 64, generator=generator)
+    tokens = torch.randint(0, 49_152, (2, 500, 1), generator=generator).float()
+    features, users = torch.cat([hidden, tokens], dim=-1), torch.zeros(2, dtype=torch.long)
+    assert method.head.block_tokens() == 1024  # gradients on: training's blocks
+    with torch.no_grad():
+        assert method.head.block_tokens() == 2 ** 24 // 49_152 == 341
+        blocked = method.token_rewards(features, users)
+        method.head.scoring_logits = 2 ** 40  # one 1,000-token block
+        whole = method.token_rewards(features, users)
+    assert torch.equal(blocked, whole)

@@ -69,6 +69,11 @@ class GenArmHead(nn.Module):
         self.bound = ()  # (the backbone's LM head,), bound at run time: a tuple so it is never a submodule
 
     chunk_tokens = 1024  # tokens per vocabulary-wide block: ~200 MB of float logits at a 49k vocabulary
+    # Where no gradient is kept (scoring, ARGS's win rate), blocks of at most this many logits: a 1024-token block
+    # and its logsumexp held ~400 MB of a GenARM cell's peak (full news study). A block's rows are computed as in a
+    # larger one (tests/test_genarm_blocks.py), so the scores are the same; training keeps its blocks, whose
+    # gradients are summed block by block.
+    scoring_logits = 2 ** 24
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         if not self.bound:
@@ -88,12 +93,19 @@ class GenArmHead(nn.Module):
         logits = self.logits(hidden)
         return logits.gather(-1, tokens[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
 
+    def block_tokens(self) -> int:
+        """Tokens per vocabulary-wide block: `chunk_tokens` in training, fewer where no gradient is kept."""
+        if torch.is_grad_enabled() or not self.bound:
+            return self.chunk_tokens
+        vocabulary = self.bound[0].weight.shape[0]
+        return max(1, min(self.chunk_tokens, self.scoring_logits // vocabulary))
+
     def token_rewards(self, features: torch.Tensor, users: torch.Tensor) -> torch.Tensor:
         hidden = features[..., :-1].reshape(-1, features.shape[-1] - 1)
         tokens = features[..., -1].long().reshape(-1)
-        blocks = []
-        for start in range(0, len(tokens), self.chunk_tokens):
-            block = (hidden[start : start + self.chunk_tokens], tokens[start : start + self.chunk_tokens])
+        blocks, size = [], self.block_tokens()
+        for start in range(0, len(tokens), size):
+            block = (hidden[start : start + size], tokens[start : start + size])
             if torch.is_grad_enabled():  # keep only the block's inputs; its logits are re-made in backward
                 blocks.append(checkpoint(self._token_log_probs, *block, use_reentrant=False))
             else:
@@ -110,6 +122,7 @@ class GenARM(RewardMethod):
     token_level = True
     Settings = GenARMSettings
     heavy_training = True  # vocabulary-wide log-softmax blocks: ~1.5-1.9 GiB a fit; the pool runs one at a time
+    heavy_cells = True  # its cells too (the λ grid's ARGS pass and the win rate's scoring): ~1.6 GiB a worker
 
     def make_head(self) -> nn.Module:
         return GenArmHead(self.hidden_size, self.settings, torch.Generator().manual_seed(self.settings.seed))
