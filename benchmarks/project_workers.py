@@ -33,7 +33,7 @@ class Task:
     priority: tuple
     needs: list = field(default_factory=list)
     seconds: float = 0.0
-    heavy: bool = False  # memory-heavy: the pool never runs two side by side
+    heavy: bool = False  # memory-heavy: at most `heavy_at_once` side by side
 
 
 class Recorder:
@@ -239,8 +239,8 @@ def main() -> None:
     parser.add_argument("--tasks", type=lambda t: Path(existing_file(t)), required=True, help="the run's task log")
     parser.add_argument("--wall", type=non_negative, help="the measured wall seconds (adds the driver's own time)")
     parser.add_argument("--workers", type=count, nargs="+", default=[1, 2, 4, 8, 16, 32])
-    parser.add_argument("--heavy-at-once", type=count, default=1, help="memory-heavy fits side by side at most, "
-                        "as `persalign run --heavy-at-once` (the pool before 2026-11-29: as many as workers)")
+    parser.add_argument("--heavy-at-once", type=count, default=None, help="memory-heavy tasks side by side at "
+                        "most, as `persalign run --heavy-at-once` (default: the pool's, half the workers)")
     args = parser.parse_args()
     durations, span = measured_seconds(args.tasks)
     driver = args.wall - span if args.wall else 0.0
@@ -251,10 +251,14 @@ def main() -> None:
           f"{span / 60:.1f} min, the driver's own {driver / 60:.1f} min")
     print("| workers | projected wall (min) | of which tasks | critical path (min) | speed-up over 1 |")
     print("|---|---|---|---|---|")
-    rule = args.heavy_at_once
-    one = schedule(graphs[1], 1, rule) + driver
+    from persalign.runner.pool_backend import default_heavy_at_once
+
+    def rule(workers: int) -> int:
+        return args.heavy_at_once or default_heavy_at_once(workers)
+
+    one = schedule(graphs[1], 1, rule(1)) + driver
     for workers in args.workers:
-        span_n = schedule(graphs[workers], workers, rule)
+        span_n = schedule(graphs[workers], workers, rule(workers))
         print(f"| {workers} | {(span_n + driver) / 60:.1f} | {span_n / 60:.1f} | "
               f"{critical_path(graphs[workers]) / 60:.1f} | {one / (span_n + driver):.2f}× |")
     most = max(args.workers)

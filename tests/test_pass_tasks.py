@@ -29,8 +29,9 @@ TWO_SEEDS = [*TINY_ALL_DEPLOYMENTS, "seeds=[0, 1]"]
 
 
 class Recorded:
-    def __init__(self, name, args):
-        self.name, self.needs = name, [a for a in args if isinstance(a, Recorded)]
+    def __init__(self, name, args, heavy=False):
+        self.name, self.needs, self.heavy = name, [a for a in args if isinstance(a, Recorded)], heavy
+        self.planned = next((a for a in args if hasattr(a, "cell")), None)  # a cell's or a fit's PlannedCell
 
 
 class Recorder:
@@ -47,14 +48,14 @@ class Recorder:
         class Remote:
             @staticmethod
             def remote(*args):
-                tasks.append(Recorded(fn.__name__, args))
+                tasks.append(Recorded(fn.__name__, args, heavy))
                 return tasks[-1]
 
         return Remote
 
 
-def graph(workers_parts: int, by_seed: bool):
-    config = load_config("demo-baselines", TWO_SEEDS)
+def graph(workers_parts: int, by_seed: bool, overrides: tuple = ()):
+    config = load_config("demo-baselines", [*TWO_SEEDS, *overrides])
     recorder, cells = Recorder(), list(resolve_run(config).cells)
     with tempfile.TemporaryDirectory() as empty:
         submit_all(Submitter(recorder, config, RunStore(empty), shared_args=True, pass_parts=workers_parts,
@@ -82,6 +83,26 @@ def test_the_pass_is_validation_parts_a_lambda_task_batch_parts_then_members_by_
                     and not set(t.needs) & set(parts)]
     assert len(genarm_cells) >= 2  # GenARM (2 seeds), and P-DPO's soft-prompt cells, beside the pass
     assert not any(set(t.needs) & set(parts + validation + [lambdas]) for t in genarm_cells)
+
+
+def test_the_memory_heavy_tasks_are_the_fits_and_cells_that_made_the_full_studys_peaks():
+    """Heavy (at most `heavy_at_once` side by side): GenARM's and P-DPO's fits, GenARM's cells, the λ choice's
+    validation passes, and ICL / ICL-RAG cells of 8 x 16 demonstrations a batch; in the full news study any two of
+    them side by side held 3.9-4.7 GiB. Before, only the two fits were heavy."""
+    tasks = graph(4, by_seed=False, overrides=(
+        "generation.batch_size=16", "decoders=[{name: zero_shot}, {name: icl, shots: 8}, {name: icl_rag, shots: 8}, "
+        "{name: icl_rag, shots: 4}]"))
+    heavy = sorted({(t.name, t.planned.method.name if t.planned.method else t.planned.decoder_config.shots)
+                    if t.planned else (t.name, None) for t in tasks if t.heavy}, key=str)
+    assert heavy == sorted([("args_validation_files", None), ("cell_files", "genarm"), ("cell_files", 8),
+                            ("train_files", "genarm"), ("train_files", "pdpo")], key=str)
+    heavy_cells = sorted(t.planned.cell.decoder for t in tasks if t.name == "cell_files" and t.heavy)
+    assert heavy_cells == sorted(2 * ["GenARM", "GenARM (Best-of-N)", "ICL (8-shot)"] + ["ICL-RAG (8-shot)"])
+
+
+def test_half_the_workers_take_heavy_tasks_by_default():
+    assert [PoolOptions(workers).heavy_at_once for workers in (1, 2, 3, 4, 8)] == [1, 1, 2, 2, 4]
+    assert PoolOptions(8, heavy_at_once=1).heavy_at_once == 1
 
 
 def test_two_workers_keep_the_members_in_one_task():

@@ -62,14 +62,25 @@ def available_cores() -> int:
 class PoolOptions:
     workers: int  # processes side by side, one torch thread each (the config's `threads`)
     max_retries: int = 2  # retries of a task whose worker died
-    heavy_at_once: int = 1  # memory-heavy fits (METHODS' `heavy_training`) side by side at most
+    heavy_at_once: int | None = None  # memory-heavy tasks side by side at most (None: `default_heavy_at_once`)
 
     def __post_init__(self):
         if not isinstance(self.workers, int) or self.workers < 1:
             raise ConfigError(f"--workers {self.workers!r}: give a whole number of at least 1 (0 on the command "
                               "line: one per core)")
+        if self.heavy_at_once is None:
+            object.__setattr__(self, "heavy_at_once", default_heavy_at_once(self.workers))
         if not isinstance(self.heavy_at_once, int) or self.heavy_at_once < 1:
             raise ConfigError(f"--heavy-at-once {self.heavy_at_once!r}: give a whole number of at least 1")
+
+
+def default_heavy_at_once(workers: int) -> int:
+    """Memory-heavy tasks (task_graph's `heavy_cell`, METHODS' `heavy_training`, the λ choice's validation passes)
+    on at most half the workers, rounded up: on 2 workers one, so no two of the full news study's 1.6-2.4 GiB
+    tasks meet. Projected from that study's task log (benchmarks/project_workers.py, 2026-11-29): 122.0 / 81.6 /
+    64.2 / 49.6 min on 2 / 3 / 4 / 8 workers, against 118.9 / 80.8 / 62.2 / 55.4 with one heavy fit at a time
+    and these cells light."""
+    return max(1, (workers + 1) // 2)
 
 
 def _start_worker(log_path: str, driver: int) -> None:
@@ -194,7 +205,7 @@ class LocalPool:
         """Start the most urgent ready tasks while a worker is free (the executor's own queue is first in, first
         out: a training task queued behind every baseline cell would start the critical path last). A heavy task
         waits while `heavy_at_once` heavy ones run: two GenARM fits side by side were the news study's 5.1 GiB
-        peak (benchmarks/project_workers.py: on 2 workers the rule costs 0.3 min of 128; on 8, 16 min)."""
+        peak (`default_heavy_at_once`)."""
         while len(self.running) < self.options.workers:
             full = sum(r.heavy for r in self.running.values()) >= self.options.heavy_at_once
             ref = min((r for r in self.ready if not (r.heavy and full)), key=lambda r: r.order, default=None)

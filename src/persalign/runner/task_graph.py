@@ -39,6 +39,7 @@ class Submitter:
         # shared pass, then cells in plan order, so the critical path (training → the pass) starts first
         self.train, self.cell = backend.remote(train_files, priority=0), backend.remote(cell_files, priority=2)
         self.heavy_train = backend.remote(train_files, priority=0, heavy=True)  # METHODS' `heavy_training`
+        self.heavy_cell = backend.remote(cell_files, priority=2, heavy=True)  # `heavy_cell`
         self.args_pass = shared_args  # a policy's ARGS cells as one shared pass, in tasks (submit_passes)
         self.pass_parts = pass_parts  # tasks the pass's query batches are split over
         self.members_by_seed = members_by_seed  # the members' evaluation in one task per seed (else one task)
@@ -82,7 +83,8 @@ class Submitter:
         chain = (planned.cell.policy, planned.cell.seed)
         if properties.reranks_samples:
             inputs.append(self.samples.get(chain) or self.files("samples"))
-        ref = self.cell.remote(self.config, planned, str(self.store.root), *inputs)
+        cell = self.heavy_cell if heavy_cell(planned, self.config) else self.cell
+        ref = cell.remote(self.config, planned, str(self.store.root), *inputs)
         self.pending[ref] = ("cell", [planned])
         if properties.reference_baseline:
             self.baselines.setdefault(planned.cell.policy, ref)
@@ -96,8 +98,10 @@ class Submitter:
         once, then the members through the evaluator on the stored rows (runner/tasks.py), one task per seed
         where `members_by_seed`, else one. Rows and passes are the in-process run's. A members task computes
         the scoring the members share (the policy's log-probs of the held-out responses) once for its members."""
-        validation, lambdas, batches, evaluate = (self.backend.remote(fn, priority=1) for fn in (
-            args_validation_files, args_lambdas_files, args_batches_files, args_members_files))
+        lambdas, batches, evaluate = (self.backend.remote(fn, priority=1) for fn in (
+            args_lambdas_files, args_batches_files, args_members_files))
+        # every member x nonzero λ a row of each validation pass: heavy, as the GenARM fit it ran beside (4.4 GiB)
+        validation = self.backend.remote(args_validation_files, priority=1, heavy=True)
         root = str(self.store.root)
         for policy, members in self.members.items():
             inputs = [self.files(p.cell.relpath()) for p in members]
@@ -124,6 +128,21 @@ class Submitter:
     def baseline_from_store(self, planned) -> None:
         if planned.properties.reference_baseline:
             self.baselines.setdefault(planned.cell.policy, self.files(planned.cell.relpath()))
+
+
+HEAVY_DEMONSTRATIONS = 128  # shots x generation.batch_size: the demonstrations in one batch's prompts
+
+
+def heavy_cell(planned, config) -> bool:
+    """A cell the pool keeps from running beside more than `heavy_at_once` - 1 other heavy tasks: one of a method
+    with `heavy_cells` (GenARM: its λ grid and scoring are vocabulary-wide), or an ICL / ICL-RAG cell whose
+    batches hold HEAVY_DEMONSTRATIONS demonstrations (8 x 16). In the full news study each held 1.6-2.4 GiB in
+    its worker, and a GenARM cell beside an ICL-RAG 8-shot cell was the run's 4.7 GiB peak (2026-11-29;
+    benchmarks/bench_pool.py --keep: memory.tsv beside tasks.tsv)."""
+    if planned.method is not None:
+        return getattr(METHODS.get(planned.method.name), "heavy_cells", False)
+    shots = getattr(planned.decoder_config, "shots", 0) or 0
+    return shots * config.generation.batch_size >= HEAVY_DEMONSTRATIONS
 
 
 def never_a_pass_row(planned) -> bool:
