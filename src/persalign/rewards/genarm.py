@@ -71,7 +71,7 @@ class GenArmHead(nn.Module):
     chunk_tokens = 1024  # tokens per vocabulary-wide block: ~200 MB of float logits at a 49k vocabulary
     # Where no gradient is kept (scoring, ARGS's win rate), blocks of at most this many logits: a 1024-token block
     # and its logsumexp held ~400 MB of a GenARM cell's peak (full news study). A block's rows are computed as in a
-    # larger one (tests/test_genarm_blocks.py), so the scores are the same; training keeps its blocks, whose
+    # larger one (tests/test_genarm.py), so the scores are the same; training keeps its blocks, whose
     # gradients are summed block by block.
     scoring_logits = 2 ** 24
 
@@ -121,7 +121,7 @@ class GenARM(RewardMethod):
     name, display = "genarm", "GenARM"
     token_level = True
     Settings = GenARMSettings
-    heavy_training = True  # vocabulary-wide log-softmax blocks: ~1.5-1.9 GiB a fit; the pool runs one at a time
+    heavy_training = True  # vocabulary-wide log-softmax blocks: ~1.5-1.9 GiB a fit (the pool: `heavy_at_once`)
     heavy_cells = True  # its cells too (the λ grid's ARGS pass and the win rate's scoring): ~1.6 GiB a worker
 
     def make_head(self) -> nn.Module:
