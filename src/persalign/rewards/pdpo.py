@@ -88,7 +88,7 @@ class PDPO(nn.Module):
     deployments = ("soft_prompt",)
     Settings = PDPOSettings
     pairs_per_backward = 2  # memory, not a hyper-parameter: pairs whose graphs are held at once
-    heavy_training = True  # back-propagates through the policy: the pool runs one heavy fit at a time
+    heavy_training = True  # back-propagates through the policy (the pool: `heavy_at_once`)
 
     def __init__(self, hidden_size: int, settings: PDPOSettings):
         super().__init__()
