@@ -15,6 +15,12 @@ this machine runs the model (an optimistic floor).
 
     python benchmarks/bench_floor.py --from-run runs/study-news-full/study_news
     python benchmarks/bench_floor.py --from-run RUN --quick      # shorter rate measurements
+    python benchmarks/bench_floor.py --from-run RUN --workers 2  # rates at 1 thread: the run's wall floor on 2 workers
+
+With --workers N the rates are measured on one torch thread, as each pool worker computes, and the output adds
+the wall floor on N workers: every stage's floor (stages without one at their measured seconds) over N, as if N
+single-threaded workers each ran at the one-thread rate with nothing waiting. No schedule of this run's work on
+N such workers can finish sooner than that at these rates.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from collections import Counter
 from pathlib import Path
 
 import torch
-from common import emit, run_folder, machine
+from common import count, emit, run_folder, machine
 
 from persalign.engine.cost import ModelShape, forward_flops
 from persalign.planner.machine_rates import measure_rates
@@ -105,7 +111,22 @@ def floor_report(run_dir: Path, reps: int = 5) -> dict:
     whole = floored / (floor + sum(s["floor_s"] or 0 for s in stages.values()))
     print(f"stages with a floor:     {floored:.0f} s of {sum(work['seconds'].values()):.0f} s = {whole:.2f} × floor")
     return {**measured, **work, "generation_floor_s": counted_floor, "generation_done_share": done,
-            "generation_over_floor": generation_s / floor, "stages": stages, "whole_over_floor": whole}
+            "generation_over_floor": generation_s / floor, "stages": stages, "whole_over_floor": whole,
+            "whole_floor_s": whole_floor_seconds(floor, stages)}
+
+
+def whole_floor_seconds(generation_floor: float, stages: dict) -> float:
+    """Seconds of the whole run at the floor: generation's and every metered stage's floor, and the stages
+    nothing meters (metrics, prompts) at the seconds they took."""
+    return generation_floor + sum(stage["floor_s"] or stage["seconds"] for stage in stages.values())
+
+
+def wall_floor(report: dict, workers: int) -> dict:
+    """The run's floor spread evenly over `workers` single-threaded workers (rates measured on one thread)."""
+    minutes = report["whole_floor_s"] / workers / 60
+    print(f"wall floor on {workers} single-threaded workers: {report['whole_floor_s']:.0f} s of work at the "
+          f"one-thread rates / {workers} = {minutes:.1f} min")
+    return {"workers": workers, "wall_floor_min": minutes}
 
 
 def done_share(counted: float, metered: float) -> float:
@@ -135,9 +156,14 @@ def main() -> None:
     parser.add_argument("--from-run", required=True, type=run_folder,
                         help="a finished run directory (RUN_DIR with cells/)")
     parser.add_argument("--quick", action="store_true", help="1 timed repetition per rate instead of 5")
+    parser.add_argument("--workers", type=count, help="measure the rates on one thread and print the run's wall floor "
+                        "on this many single-threaded workers")
     args = parser.parse_args()
+    if args.workers:
+        torch.set_num_threads(1)
     report = floor_report(Path(args.from_run), 1 if args.quick else 5)
-    emit({"benchmark": "floor", "machine": machine(), "run_dir": args.from_run, **report})
+    extra = wall_floor(report, args.workers) if args.workers else {}
+    emit({"benchmark": "floor", "machine": machine(), "run_dir": args.from_run, **report, **extra})
 
 
 if __name__ == "__main__":

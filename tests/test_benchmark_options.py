@@ -30,6 +30,7 @@ CASES = [  # script, arguments, what the one line says
     ("bench_policy_scoring.py", ["--pairs", "0"], COUNT),
     ("bench_policy_scoring.py", ["--lam", "inf"], "must be a finite number >= 0"),
     ("bench_floor.py", ["--from-run", "/nonexistent/run"], "no such folder"),
+    ("bench_floor.py", ["--workers", "0", "--from-run", "/nonexistent/run"], COUNT),
     ("bench_study.py", ["--from-run", "/nonexistent/run"], "no such folder"),
     ("bench_study.py", ["--from-run", "/"], "not a run folder (no config.yaml)"),
     ("bench_floor.py", ["--from-run", "/"], "not a run folder (no config.yaml)"),
@@ -77,3 +78,13 @@ def test_every_numeric_option_of_every_benchmark_is_checked():
              for n, line in enumerate(p.read_text().splitlines(), 1)
              if "add_argument" in line and ("type=int" in line or "type=float" in line)]
     assert not loose, loose
+
+
+def test_the_wall_floor_counts_unmetered_stages_at_their_seconds_and_spreads_over_the_workers(capsys):
+    sys.path.insert(0, str(BENCHMARKS))
+    from bench_floor import wall_floor, whole_floor_seconds
+
+    stages = {"scoring": {"seconds": 300.0, "floor_s": 200.0}, "metrics": {"seconds": 40.0, "floor_s": None}}
+    assert whole_floor_seconds(1000.0, stages) == 1240.0
+    assert wall_floor({"whole_floor_s": 1240.0}, 2)["wall_floor_min"] == 1240.0 / 2 / 60
+    assert "2 single-threaded workers" in capsys.readouterr().out
