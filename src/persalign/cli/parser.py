@@ -111,9 +111,9 @@ def _add_run_arguments(command) -> None:
                             "$PERSALIGN_WORKERS, else one per core this process may use; 1: in this process). "
                             "The numbers are the same at any N")
     group.add_argument("--heavy-at-once", type=int, default=None, metavar="N",
-                       help="local backend: memory-heavy tasks (GenARM and P-DPO fits, GenARM cells, 8-shot ICL, "
-                            "the λ choice's passes) side by side at most (default: half the workers, at least 1; "
-                            "raise it where memory is plentiful)")
+                       help="local backend: memory-heavy tasks (GenARM and P-DPO fits, GenARM cells, ICL with "
+                            ">= 128 demonstrations a batch, the λ choice's passes) side by side at most (default: "
+                            "half the workers, at least 1; raise it where memory is plentiful)")
     group.add_argument("--address", help="Ray cluster to join (auto, or HOST:PORT); default: start one here")
     group.add_argument("--num-cpus", type=float, default=1.0, help="CPUs each Ray task asks for")
     group.add_argument("--num-gpus", type=float, default=0.0,

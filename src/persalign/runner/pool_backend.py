@@ -77,9 +77,10 @@ class PoolOptions:
 def default_heavy_at_once(workers: int) -> int:
     """Memory-heavy tasks (task_graph's `heavy_cell`, METHODS' `heavy_training`, the λ choice's validation passes)
     on at most half the workers, rounded up: on 2 workers one, so no two of the full news study's 1.6-2.4 GiB
-    tasks meet. Projected from that study's task log (benchmarks/project_workers.py, 2026-11-29): 122.0 / 81.6 /
-    64.2 / 49.6 min on 2 / 3 / 4 / 8 workers, against 118.9 / 80.8 / 62.2 / 55.4 with one heavy fit at a time
-    and these cells light."""
+    tasks meet. That study's whole run under this rule (2026-11-29, docs/scale-out.md) peaked at 4,077 MiB PSS,
+    against 4,699 in the run before (one heavy fit at a time, these cells light, GenARM's larger scoring blocks);
+    projected from its task log (benchmarks/project_workers.py): 120.4 / 83.4 / 70.9 / 54.9 min on 2 / 3 / 4 / 8
+    workers."""
     return max(1, (workers + 1) // 2)
 
 
